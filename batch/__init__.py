@@ -1,0 +1,1 @@
+"""The batch lane: bounded reads, backfill and replay over the same transforms (later issues)."""

@@ -1,0 +1,1 @@
+"""What runs underneath: settings, JVM jars, the Kafka broker, the Spark session."""

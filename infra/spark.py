@@ -1,0 +1,66 @@
+"""Build the one Spark session the lakehouse uses: Delta and the Kafka connector from local jars."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from infra.jars import jar_paths
+from infra.settings import Settings
+
+LOG4J2_FILE = Path(__file__).resolve().parent / "conf" / "spark-log4j2.properties"
+
+
+def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str]:
+    """Every Spark setting the session gets; extra `LAKEHOUSE_SPARK_CONF` entries win."""
+    log_dir = Path(settings.log_dir)
+    conf = {
+        "spark.master": settings.spark_master,
+        "spark.app.name": app_name,
+        # Jars come from the folder Maven filled; a session never resolves packages at start.
+        "spark.jars": ",".join(jar_paths(settings.jars_dir, "spark")),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.ui.enabled": str(settings.spark_ui).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.warehouse.dir": f"{settings.home}/spark-warehouse",
+        "spark.driver.extraJavaOptions": (
+            f"-Dlog4j2.configurationFile=file:{LOG4J2_FILE} -Dlakehouse.log.dir={log_dir} "
+            f"-Dderby.system.home={settings.home}"
+        ),
+        # Tables are addressed by path; Delta's own retention checks stay on by default.
+        "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
+    }
+    conf.update(settings.spark_conf)
+    return conf
+
+
+def get_spark(settings: Settings, app_name: str = "lakehouse") -> SparkSession:
+    """The process's Spark session (created on first call with the settings' configuration)."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    Path(settings.log_dir).mkdir(parents=True, exist_ok=True)
+    # Workers of a local master bind to loopback instead of the machine's external address.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder
+    for key, value in spark_conf(settings, app_name).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def stop_spark() -> None:
+    """Stop the process's Spark session, if any."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()

@@ -1,0 +1,1 @@
+"""Dagster definitions, resources, assets, and the `lakehouse` command."""

@@ -1,0 +1,1 @@
+"""Data-quality suites and validation runners (Great Expectations; later issues)."""

@@ -1,0 +1,1 @@
+"""Contracts: topic specs, versioned event schemas, table specs, quarantine reason codes."""

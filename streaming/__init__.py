@@ -1,0 +1,1 @@
+"""Transforms (pure DataFrame -> DataFrame functions) and the streaming lane that runs them."""
