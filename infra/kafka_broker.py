@@ -1,0 +1,236 @@
+"""A real Kafka broker in KRaft mode, started from the Maven jars, stopped by its PID."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra.jars import jar_paths
+from infra.settings import Settings
+
+log = logging.getLogger(__name__)
+
+LOG4J2_FILE = Path(__file__).resolve().parent / "conf" / "kafka-log4j2.properties"
+
+
+class BrokerError(RuntimeError):
+    """The broker cannot be started or reached; the message says why and what to do."""
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); it is not a running broker.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    """One KRaft node acting as broker and controller; a cluster is several of these."""
+
+    node_id: int
+    host: str
+    port: int
+    controller_port: int
+    directory: Path
+    heap: str = "512m"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / "data"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.directory / "logs"
+
+    @property
+    def config_file(self) -> Path:
+        return self.directory / "server.properties"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.directory / "kafka.pid"
+
+    @property
+    def console_log(self) -> Path:
+        return self.logs_dir / "kafka.out"
+
+    def server_properties(self) -> str:
+        controller = f"{self.host}:{self.controller_port}"
+        props = {
+            "node.id": self.node_id,
+            "process.roles": "broker,controller",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{controller}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.quorum.bootstrap.servers": controller,
+            "log.dirs": self.data_dir,
+            # One node: internal topics must have RF 1 or consumer groups and transactions hang.
+            "offsets.topic.replication.factor": 1,
+            "transaction.state.log.replication.factor": 1,
+            "transaction.state.log.min.isr": 1,
+            "share.coordinator.state.topic.replication.factor": 1,
+            "share.coordinator.state.topic.min.isr": 1,
+            "group.initial.rebalance.delay.ms": 0,
+            # Topics come from the specs in schemas/, never from a typo in a consumer.
+            "auto.create.topics.enable": "false",
+            "num.partitions": 1,
+        }
+        return "".join(f"{key}={value}\n" for key, value in props.items())
+
+    def read_pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if pid_alive(pid) else None
+
+    def _java_cmd(self, classpath: list[str], main_class: str, *args: str, heap: str | None = None) -> list[str]:
+        cmd = ["java"]
+        if heap:
+            cmd += [f"-Xms{heap}", f"-Xmx{heap}"]
+        return cmd + [
+            f"-Dlog4j2.configurationFile=file:{LOG4J2_FILE}",
+            f"-Dkafka.logs.dir={self.logs_dir}",
+            "-cp", os.pathsep.join(classpath),
+            main_class, *args,
+        ]
+
+    def _format_storage(self, classpath: list[str], cluster_id: str, standalone: bool) -> None:
+        if (self.data_dir / "meta.properties").exists():
+            return
+        args = ["format", "--cluster-id", cluster_id, "--config", str(self.config_file)]
+        if standalone:
+            args.append("--standalone")
+        proc = subprocess.run(self._java_cmd(classpath, "kafka.tools.StorageTool", *args), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BrokerError(f"Formatting Kafka storage in {self.data_dir} failed: {proc.stderr.strip()[-400:]}")
+        log.info("formatted Kafka storage in %s (cluster id %s)", self.data_dir, cluster_id)
+
+    def start(self, jars_dir: str, *, cluster_id: str | None = None, timeout_s: float = 90) -> int:
+        """Format on first start, launch detached, wait until an AdminClient lists topics; returns the PID."""
+        running = self.read_pid()
+        if running:
+            raise BrokerAlreadyRunning(running, self)
+        for port in (self.port, self.controller_port):
+            if not port_is_free(self.host, port):
+                raise BrokerError(
+                    f"Port {port} on {self.host} is taken by another process; "
+                    "set LAKEHOUSE_KAFKA_PORT / LAKEHOUSE_KAFKA_CONTROLLER_PORT to free ports."
+                )
+        classpath = jar_paths(jars_dir, "kafka")
+        for folder in (self.data_dir, self.logs_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.config_file.write_text(self.server_properties())
+        self._format_storage(classpath, cluster_id or new_cluster_id(), standalone=cluster_id is None)
+        with open(self.console_log, "ab") as out:
+            proc = subprocess.Popen(
+                self._java_cmd(classpath, "kafka.Kafka", str(self.config_file), heap=self.heap),
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # survives the command that started it
+            )
+        self.pid_file.write_text(str(proc.pid))
+        self._wait_ready(proc, timeout_s)
+        return proc.pid
+
+    def _wait_ready(self, proc: subprocess.Popen, timeout_s: float) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                self.pid_file.unlink(missing_ok=True)
+                tail = self.console_log.read_text(errors="replace").strip().splitlines()[-5:]
+                raise BrokerError(
+                    f"The Kafka broker exited with code {proc.returncode} while starting; "
+                    f"see {self.logs_dir}/server.log. Last lines: {' | '.join(tail)}"
+                )
+            try:
+                admin.list_topics(timeout=2)
+                return
+            except Exception:  # noqa: BLE001 - not ready yet: any client error means retry
+                time.sleep(0.5)
+        self.stop()
+        raise BrokerError(f"The Kafka broker did not become ready within {timeout_s:.0f}s; see {self.logs_dir}/server.log.")
+
+    def stop(self, timeout_s: float = 30) -> int | None:
+        """SIGTERM the broker by its PID, SIGKILL if it lingers; returns the PID stopped, or None."""
+        pid = self.read_pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return None
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while pid_alive(pid) and time.monotonic() < deadline:
+            _reap(pid)
+            time.sleep(0.2)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            while pid_alive(pid):
+                _reap(pid)
+                time.sleep(0.1)
+        self.pid_file.unlink(missing_ok=True)
+        return pid
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+class BrokerAlreadyRunning(BrokerError):
+    def __init__(self, pid: int, node: KafkaNode):
+        super().__init__(f"Kafka is already running (pid {pid}) on {node.bootstrap}; data in {node.data_dir}.")
+        self.pid = pid
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: a random UUID, base64url without padding (what `kafka-storage random-uuid` prints)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def local_node(settings: Settings) -> KafkaNode:
+    """The single embedded node the settings describe."""
+    return KafkaNode(
+        node_id=1,
+        host=settings.kafka_host,
+        port=settings.kafka_port,
+        controller_port=settings.kafka_controller_port,
+        directory=Path(settings.kafka_dir),
+        heap=settings.kafka_heap,
+    )

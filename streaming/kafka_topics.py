@@ -1,0 +1,130 @@
+"""Create topics from their specs through the AdminClient, and report drift instead of changing live topics."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
+
+from schemas.topics import TopicSpec
+
+log = logging.getLogger(__name__)
+
+
+class KafkaUnreachable(RuntimeError):
+    """No broker answered at the bootstrap address."""
+
+
+@dataclass
+class TopicStatus:
+    """A topic as the broker holds it, compared with its spec."""
+
+    name: str
+    created: bool
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+    drift: dict[str, dict[str, str]] = field(default_factory=dict)  # setting -> {"spec": .., "live": ..}
+    end_offsets: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def messages(self) -> int:
+        """Records currently retained, by end offset (a lower bound after retention deletes the head)."""
+        return sum(self.end_offsets.values())
+
+
+def admin_client(bootstrap: str, timeout_s: float = 10) -> AdminClient:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException:
+        raise KafkaUnreachable(
+            f"No Kafka broker answers at {bootstrap}; start one with `lakehouse kafka start` "
+            "or set LAKEHOUSE_KAFKA_BOOTSTRAP."
+        ) from None
+    return admin
+
+
+def _create_missing(admin: AdminClient, specs: list[TopicSpec], replication_factor: int) -> set[str]:
+    existing = set(admin.list_topics(timeout=10).topics)
+    missing = [s for s in specs if s.name not in existing]
+    if not missing:
+        return set()
+    futures = admin.create_topics(
+        [NewTopic(s.name, num_partitions=s.partitions, replication_factor=replication_factor, config=s.config())
+         for s in missing]
+    )
+    created = set()
+    for name, future in futures.items():
+        try:
+            future.result()
+            created.add(name)
+            log.info("created topic %s", name)
+        except KafkaException as exc:
+            if exc.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS: another caller won the race
+                raise
+    return created
+
+
+# Not leader / leader not available / unknown partition: normal for a moment after create_topics.
+_LEADERSHIP_SETTLING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+
+
+def end_offsets(admin: AdminClient, topic: str, partitions: int, timeout_s: float = 15) -> dict[int, int]:
+    """The next offset of each partition; waits out leader election on a topic just created."""
+    requests = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return {tp.partition: fut.result().offset for tp, fut in admin.list_offsets(requests).items()}
+        except KafkaException as exc:
+            err = exc.args[0]
+            settling = err.retriable() or err.code() in _LEADERSHIP_SETTLING
+            if not settling or time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+def describe_topics(admin: AdminClient, specs: Iterable[TopicSpec], created: set[str] = frozenset()) -> list[TopicStatus]:
+    """Live partitions, config and end offsets of each topic, and where they differ from the spec."""
+    specs = list(specs)
+    metadata = admin.list_topics(timeout=10).topics
+    resources = [ConfigResource(ResourceType.TOPIC, s.name) for s in specs if s.name in metadata]
+    configs = {res.name: fut.result() for res, fut in admin.describe_configs(resources).items()} if resources else {}
+    statuses = []
+    for spec in specs:
+        if spec.name not in metadata:
+            statuses.append(TopicStatus(spec.name, False, 0, drift={"exists": {"spec": "yes", "live": "no"}}))
+            continue
+        live = {k: v.value for k, v in configs[spec.name].items()}
+        partitions = len(metadata[spec.name].partitions)
+        drift = {
+            key: {"spec": want, "live": str(live.get(key))}
+            for key, want in spec.config().items()
+            if str(live.get(key)) != want
+        }
+        if partitions != spec.partitions:
+            drift["partitions"] = {"spec": str(spec.partitions), "live": str(partitions)}
+        offsets = end_offsets(admin, spec.name, partitions)
+        statuses.append(
+            TopicStatus(
+                spec.name, spec.name in created, partitions,
+                config={k: str(live.get(k)) for k in spec.config()}, drift=drift, end_offsets=dict(sorted(offsets.items())),
+            )
+        )
+    return statuses
+
+
+def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], *, replication_factor: int = 1) -> list[TopicStatus]:
+    """Create missing topics from their specs (idempotent); existing ones are compared, never altered."""
+    specs = list(specs)
+    admin = admin_client(bootstrap)
+    created = _create_missing(admin, specs, replication_factor)
+    statuses = describe_topics(admin, specs, created)
+    for status in statuses:
+        if status.drift:
+            log.warning("topic %s differs from its spec: %s", status.name, status.drift)
+    return statuses

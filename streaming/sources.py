@@ -1,0 +1,35 @@
+"""Streaming reads: a Kafka topic from its earliest offset, or a Delta table's appends."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+
+from schemas.tables import TableSpec
+from schemas.topics import TopicSpec
+from streaming.context import FlowContext
+
+
+def read_kafka_stream(spark: SparkSession, topic: TopicSpec, ctx: FlowContext) -> DataFrame:
+    """The topic as an unbounded DataFrame (key, value, headers, coordinates, timestamp)."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", ctx.kafka_bootstrap)
+        .option("subscribe", topic.name)
+        .option("startingOffsets", "earliest")
+        .option("includeHeaders", "true")
+        # Offsets that vanished (retention) must stop the stream loudly, never skip silently.
+        .option("failOnDataLoss", "true")
+    )
+    if ctx.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(ctx.max_offsets_per_trigger))
+    for key, value in ctx.kafka_options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def read_delta_stream(spark: SparkSession, table: TableSpec, ctx: FlowContext) -> DataFrame:
+    """The appends to a Delta table as an unbounded DataFrame."""
+    reader = spark.readStream.format("delta")
+    if ctx.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", str(ctx.max_files_per_trigger))
+    return reader.load(table.path(ctx.lake_root))
