@@ -1,0 +1,134 @@
+"""Asset factories: one asset per Kafka topic spec and one per Delta table, built from the specs and flows."""
+
+
+import json
+
+import dagster as dg
+from pyspark.sql import DataFrame
+
+from orchestration.resources import KafkaResource, LakeResource, SparkResource
+from schemas import topics
+from schemas.tables import TableSpec
+from schemas.topics import TopicSpec
+from streaming import flows as flow_registry
+from streaming.kafka_topics import TopicStatus, ensure_topics
+from streaming.runner import FlowRun, run_flow
+
+TOPIC_CHECK = "matches_spec"
+
+
+def topic_key(spec: TopicSpec) -> dg.AssetKey:
+    return dg.AssetKey(["kafka", spec.asset_name])
+
+
+def source_key(source: TopicSpec | TableSpec) -> dg.AssetKey:
+    return topic_key(source) if isinstance(source, TopicSpec) else dg.AssetKey(source.name)
+
+
+def _topic_metadata(status: TopicStatus) -> dict[str, object]:
+    return {
+        "topic": status.name,
+        "created_now": status.created,
+        "partitions": status.partitions,
+        "retained_records": status.messages,
+        "end_offsets": dg.MetadataValue.json({str(p): o for p, o in status.end_offsets.items()}),
+        "config": dg.MetadataValue.json(status.config),
+    }
+
+
+def topic_asset(spec: TopicSpec) -> dg.AssetsDefinition:
+    key = topic_key(spec)
+
+    @dg.asset(
+        key=key,
+        group_name="kafka",
+        kinds={"kafka"},
+        description=f"Kafka topic {spec.name}: {spec.description}",
+        metadata={
+            "spec_partitions": spec.partitions,
+            "key": spec.key_field,
+            "schema": spec.schema.name,
+            "spec_config": dg.MetadataValue.json(spec.config()),
+        },
+        check_specs=[dg.AssetCheckSpec(TOPIC_CHECK, asset=key, description="Live topic config equals its spec.")],
+    )
+    def _topic(context: dg.AssetExecutionContext, kafka: KafkaResource) -> dg.MaterializeResult:
+        """Create the topic from its spec if missing; report drift of an existing topic instead of altering it."""
+        status = ensure_topics(kafka.bootstrap_servers, [spec], replication_factor=kafka.replication_factor)[0]
+        if status.drift:
+            context.log.warning(f"{spec.name} differs from its spec: {status.drift}")
+        return dg.MaterializeResult(
+            metadata=_topic_metadata(status),
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name=TOPIC_CHECK,
+                    passed=not status.drift,
+                    severity=dg.AssetCheckSeverity.WARN,
+                    metadata={"drift": dg.MetadataValue.json(status.drift)},
+                )
+            ],
+        )
+
+    return _topic
+
+
+def _column_schema(df: DataFrame) -> dg.TableSchema:
+    return dg.TableSchema(columns=[dg.TableColumn(f.name, f.dataType.simpleString()) for f in df.schema.fields])
+
+
+def _table_metadata(runs: list[FlowRun], table_df: DataFrame, path: str) -> dict[str, object]:
+    main, side = runs[0], runs[1:]
+    metadata: dict[str, object] = {
+        "rows_written": main.rows_written,
+        "input_rows": main.input_rows,
+        "micro_batches": main.batches,
+        "delta_version": main.delta_version if main.delta_version is not None else -1,
+        "duration_s": round(sum(r.duration_s for r in runs), 2),
+        "path": dg.MetadataValue.path(path),
+        "dagster/row_count": table_df.count(),
+        "dagster/column_schema": _column_schema(table_df),
+    }
+    if main.kafka_offsets:
+        metadata["kafka_offsets"] = dg.MetadataValue.json(main.kafka_offsets)
+        metadata["records_consumed"] = sum(r["count"] for r in main.kafka_offsets.values())
+    for run in side:  # the quarantine flow that travels with a silver table
+        metadata["quarantined"] = run.rows_written
+        metadata["quarantine_version"] = run.delta_version if run.delta_version is not None else -1
+        if run.input_rows == main.input_rows:
+            metadata["duplicates_dropped"] = main.input_rows - main.rows_written - run.rows_written
+    return metadata
+
+
+def table_asset(asset_name: str) -> dg.AssetsDefinition:
+    asset_flows = flow_registry.flows_for_asset(asset_name)
+    main = asset_flows[0]
+    deps = list(dict.fromkeys(source_key(f.source) for f in asset_flows))
+
+    @dg.asset(
+        name=asset_name,
+        group_name=main.target.layer,
+        deps=deps,
+        kinds={"delta", "spark"},
+        description=f"{main.target.description} ({main.transform.__doc__.splitlines()[0]})",
+        metadata={"keys": ", ".join(main.target.keys), "flows": ", ".join(f.name for f in asset_flows)},
+    )
+    def _table(
+        context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource, lake: LakeResource
+    ) -> dg.MaterializeResult:
+        """Run this table's streaming queries until they have caught up with their sources (availableNow)."""
+        session = spark.session()
+        ctx = lake.flow_context(kafka)
+        runs = []
+        for flow in asset_flows:
+            context.log.info(f"running flow {flow.name} -> {flow.target.name}")
+            runs.append(run_flow(session, flow, ctx))
+        path = main.target.path(ctx.lake_root)
+        table_df = session.read.format("delta").load(path)
+        return dg.MaterializeResult(metadata=_table_metadata(runs, table_df, path))
+
+    return _table
+
+
+def build_assets() -> list[dg.AssetsDefinition]:
+    """Topic assets, then table assets in dependency order."""
+    return [topic_asset(spec) for spec in topics.ALL] + [table_asset(name) for name in flow_registry.asset_names()]

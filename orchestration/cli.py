@@ -1,0 +1,275 @@
+"""The `lakehouse` command: set up, run the broker, produce events, materialize assets, query, open the UI."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from infra.settings import Settings, SettingsError
+
+log = logging.getLogger("lakehouse")
+
+DESCRIPTION = """\
+A streaming lakehouse: Kafka topics feed Spark Structured Streaming jobs that write
+Delta tables in bronze, silver and gold layers, driven as assets by Dagster.
+
+Start here:
+  lakehouse demo            everything once, end to end, on the embedded defaults
+  lakehouse sql "SELECT * FROM gold_revenue_per_minute LIMIT 5"
+  lakehouse ui              the Dagster UI on the same runs and assets
+
+Every setting comes from a LAKEHOUSE_* environment variable: `lakehouse settings` lists them.
+"""
+
+
+def _setup_logging(settings: Settings, verbose: bool, quiet: bool = False) -> None:
+    Path(settings.log_dir).mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    file_handler = logging.FileHandler(Path(settings.log_dir) / "lakehouse.log")
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    console.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
+    root.handlers[:] = [file_handler, console]
+    for noisy in ("py4j", "urllib3", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+# ---------------------------------------------------------------- subcommands
+
+def cmd_setup(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.jars import fetch_jars
+
+    for name, count in fetch_jars(settings.jars_dir, force=args.force).items():
+        print(f"{name}: {count} jars in {Path(settings.jars_dir) / name}")
+    return 0
+
+
+def cmd_kafka(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.kafka_broker import local_node
+
+    node = local_node(settings)
+    if args.action == "start":
+        pid = node.start(settings.jars_dir)
+        print(f"Kafka is running on {node.bootstrap} (pid {pid}); data in {node.data_dir}, logs in {node.logs_dir}.")
+    elif args.action == "stop":
+        pid = node.stop()
+        print(f"Stopped Kafka (pid {pid})." if pid else "Kafka is not running.")
+    else:
+        pid = node.read_pid()
+        if not pid:
+            print(f"Kafka is not running (it would listen on {node.bootstrap}).")
+            return 1
+        from streaming.kafka_topics import admin_client
+
+        names = sorted(t for t in admin_client(node.bootstrap).list_topics(timeout=5).topics if not t.startswith("__"))
+        print(f"Kafka is running on {node.bootstrap} (pid {pid}); topics: {', '.join(names) or 'none'}.")
+    return 0
+
+
+def cmd_topics(settings: Settings, args: argparse.Namespace) -> int:
+    from orchestration.sql import format_table
+    from schemas import topics
+    from streaming.kafka_topics import ensure_topics
+
+    statuses = ensure_topics(settings.kafka_bootstrap, topics.ALL, replication_factor=settings.kafka_replication_factor)
+    rows = [
+        (s.name, "created" if s.created else "exists", s.partitions, s.messages,
+         "; ".join(f"{k}: spec {v['spec']}, live {v['live']}" for k, v in s.drift.items()) or "none")
+        for s in statuses
+    ]
+    print(format_table(("topic", "state", "partitions", "records", "drift from spec"), rows))
+    return 1 if any(s.drift for s in statuses) else 0
+
+
+def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
+    from streaming.generator import Mix, ShopGenerator
+    from streaming.producer import produce
+
+    mix = Mix(out_of_order=args.out_of_order, late=args.late, duplicate=args.duplicates, malformed=args.malformed)
+    start = datetime.fromisoformat(args.start.replace("Z", "+00:00")) if args.start else None
+    if start is not None and start.tzinfo is None:
+        start = start.replace(tzinfo=timezone.utc)
+    gen = iter(ShopGenerator(seed=args.seed, start=start, events_per_second=args.event_rate, mix=mix))
+    records = (next(gen) for _ in range(args.count))
+
+    def progress(report) -> None:
+        log.info("sent %d, acknowledged %d, failed %d", report.sent, report.delivered, report.failed)
+
+    report = produce(records, bootstrap=settings.kafka_bootstrap, rate=args.rate, progress=progress)
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted(report.by_kind.items()))
+    topics = ", ".join(f"{t}: {n}" for t, n in sorted(report.by_topic.items()))
+    print(f"Sent {report.sent} records ({kinds}); {report.delivered} acknowledged, {report.failed} failed, "
+          f"in {report.duration_s}s. Per topic: {topics}.")
+    if report.failed:
+        print(f"Delivery errors: {'; '.join(report.errors[:3])}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+    from orchestration import runs
+
+    result = runs.materialize(settings, args.assets or None)
+    for name, meta in runs.materialized_metadata(result).items():
+        shown = {k: v for k, v in meta.items() if k in (
+            "rows_written", "quarantined", "duplicates_dropped", "delta_version", "records_consumed",
+            "retained_records", "partitions", "duration_s", "dagster/row_count")}
+        print(f"{name}: " + ", ".join(f"{k.split('/')[-1]}={v}" for k, v in shown.items()))
+    if (err := runs.failure_message(result)) is not None:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.spark import get_spark
+    from orchestration.sql import format_table, run_sql
+
+    columns, rows, truncated = run_sql(get_spark(settings, "lakehouse-sql"), settings.lake_root, args.query, args.limit)
+    print(format_table(columns, rows))
+    print(f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', more not shown: raise --limit' if truncated else ''})")
+    return 0
+
+
+def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
+    from orchestration.runs import dagster_instance
+
+    dagster_instance(settings)  # creates DAGSTER_HOME and its dagster.yaml
+    env = {**os.environ, "DAGSTER_HOME": settings.dagster_home}
+    cmd = [sys.executable, "-m", "dagster", "dev", "-m", "orchestration.definitions", "-h", args.host, "-p", str(args.port)]
+    print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={settings.dagster_home}); Ctrl-C stops it.")
+    try:
+        return subprocess.call(cmd, env=env)
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
+    from orchestration.demo import run_demo
+    from streaming.generator import Mix
+
+    mix = Mix(out_of_order=args.out_of_order, late=args.late, duplicate=args.duplicates, malformed=args.malformed)
+    report = run_demo(settings, events=args.events, seed=args.seed, mix=mix, keep_running=args.keep_running)
+    return 0 if all(c.dropped >= 0 for c in report.counts) else 1
+
+
+def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
+    from orchestration.sql import format_table
+
+    rows = []
+    for env, default, meaning in Settings.describe():
+        current = getattr(settings, env.removeprefix("LAKEHOUSE_").lower())
+        rows.append((env, str(current) if not isinstance(current, dict) else ";".join(f"{k}={v}" for k, v in current.items()), meaning))
+    print(format_table(("variable", "value now", "meaning"), rows))
+    return 0
+
+
+# ---------------------------------------------------------------- parser
+
+def _add_mix(p: argparse.ArgumentParser, malformed: float, duplicates: float, late: float, out_of_order: float) -> None:
+    g = p.add_argument_group("faults injected on purpose (shares of all records, 0..1)")
+    g.add_argument("--malformed", type=float, default=malformed, help=f"records that must end in quarantine (default {malformed})")
+    g.add_argument("--duplicates", type=float, default=duplicates, help=f"re-sent copies of recent events (default {duplicates})")
+    g.add_argument("--late", type=float, default=late, help=f"events stamped 15-40 minutes in the past (default {late})")
+    g.add_argument("--out-of-order", type=float, default=out_of_order, help=f"events stamped up to 45s early (default {out_of_order})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lakehouse", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="show debug logs on the terminal")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("setup", help="fetch the JVM jars (Delta, Spark-Kafka, the Kafka broker) with Maven; idempotent",
+                       description="Resolve infra/maven/pom.xml into <home>/jars/spark and <home>/jars/kafka. Skips a folder that is complete.")
+    p.add_argument("--force", action="store_true", help="fetch again even if the folders are complete")
+    p.set_defaults(fn=cmd_setup)
+
+    p = sub.add_parser("kafka", help="start, stop or check the embedded Kafka broker (KRaft, one node)",
+                       description="The broker keeps its data, logs and PID file in <home>/kafka. Storage is formatted on first start.")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.set_defaults(fn=cmd_kafka)
+
+    p = sub.add_parser("topics", help="create the topics from their specs and report drift of existing ones",
+                       description="Creates missing topics; an existing topic whose config differs from its spec is reported (exit 1), never altered.")
+    p.set_defaults(fn=cmd_topics)
+
+    p = sub.add_parser("produce", help="send deterministic shop events (page views, orders) to Kafka",
+                       description="A seeded generator: the same seed and start give the same events. Keys are customer ids, "
+                                   "so one customer's events stay in order in one partition. Idempotent producer, acks=all.")
+    p.add_argument("--count", type=int, default=1000, help="records to send (default 1000)")
+    p.add_argument("--rate", type=float, default=0.0, help="records per second of wall time; 0 sends as fast as possible (default)")
+    p.add_argument("--seed", type=int, default=7, help="generator seed (default 7)")
+    p.add_argument("--start", help="event time of the first event, ISO-8601 (default: now)")
+    p.add_argument("--event-rate", type=float, default=20.0, help="events per second of event time (default 20)")
+    _add_mix(p, 0.02, 0.02, 0.01, 0.03)
+    p.set_defaults(fn=cmd_produce)
+
+    p = sub.add_parser("run", help="materialize assets through Dagster (all by default): topics, bronze, silver, gold",
+                       description="Each table asset runs its streaming queries until they catch up (availableNow). "
+                                   "Runs are recorded in DAGSTER_HOME, so the UI shows them.")
+    p.add_argument("assets", nargs="*", help="asset keys, e.g. bronze_orders silver_orders kafka/shop_orders_v1")
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("sql", help="run Spark SQL over the silver and gold tables by name",
+                       description="Tables: bronze_*, silver_*, quarantine, gold_*. Example: "
+                                   "lakehouse sql \"SELECT currency, sum(revenue_cents) FROM gold_revenue_per_minute GROUP BY 1\"")
+    p.add_argument("query")
+    p.add_argument("--limit", type=int, default=100, help="rows to print at most (default 100)")
+    p.set_defaults(fn=cmd_sql)
+
+    p = sub.add_parser("ui", help="start the Dagster UI and daemon (dagster dev) on the project's DAGSTER_HOME")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=3000)
+    p.set_defaults(fn=cmd_ui)
+
+    p = sub.add_parser("demo", help="the main job: broker, topics, events with faults, every asset, a gold query, counts",
+                       description="Sets up what is missing, starts the broker, creates topics, produces events (some bad, "
+                                   "late and duplicated), materializes every asset, queries gold, prints counts per layer, "
+                                   "and stops the broker it started unless --keep-running.")
+    p.add_argument("--events", type=int, default=5000, help="records to produce (default 5000)")
+    p.add_argument("--seed", type=int, help="generator seed (default: from the clock, printed)")
+    p.add_argument("--keep-running", action="store_true", help="leave the broker running afterwards")
+    _add_mix(p, 0.02, 0.02, 0.01, 0.03)
+    p.set_defaults(fn=cmd_demo)
+
+    p = sub.add_parser("settings", help="list every LAKEHOUSE_* setting, its value now and what it means")
+    p.set_defaults(fn=cmd_settings)
+    return parser
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors whose message is a sentence for the user, not a trace."""
+    from infra.jars import JarsMissing
+    from infra.kafka_broker import BrokerError
+    from orchestration.demo import DemoFailed
+    from orchestration.sql import SqlError
+    from streaming.kafka_topics import KafkaUnreachable
+
+    return SettingsError, JarsMissing, BrokerError, KafkaUnreachable, SqlError, DemoFailed, ValueError
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        _setup_logging(settings, args.verbose, quiet=args.command in ("demo", "sql"))
+        return args.fn(settings, args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - sorted below: user errors get a sentence, bugs a trace
+        if isinstance(exc, _user_errors()):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

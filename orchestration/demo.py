@@ -1,0 +1,181 @@
+"""The main job: broker, topics, a batch of events with faults, every asset, a gold query, counts per layer."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Callable
+
+from pyspark.sql import functions as F
+
+from infra.jars import fetch_jars
+from infra.kafka_broker import local_node
+from infra.settings import Settings
+from infra.spark import get_spark, stop_spark
+from orchestration import runs
+from orchestration.sql import format_table, run_sql
+from schemas import tables, topics
+from streaming.generator import Mix, ShopGenerator
+from streaming.producer import ProduceReport, produce
+
+GOLD_QUERY = """
+SELECT window_start, currency, revenue_cents, orders, items
+FROM gold_revenue_per_minute
+ORDER BY window_start DESC, currency
+LIMIT 8
+""".strip()
+
+ENTITIES = (
+    (topics.PAGE_VIEWS, tables.BRONZE_PAGE_VIEWS, tables.SILVER_PAGE_VIEWS),
+    (topics.ORDERS, tables.BRONZE_ORDERS, tables.SILVER_ORDERS),
+)
+
+
+class DemoFailed(RuntimeError):
+    """A step of the main job failed; the message names it."""
+
+
+@dataclass
+class LayerCounts:
+    """Rows per layer for one entity; `dropped` is what silver dropped as duplicates."""
+
+    entity: str
+    bronze: int
+    silver: int
+    quarantine: int
+
+    @property
+    def dropped(self) -> int:
+        return self.bronze - self.silver - self.quarantine
+
+
+@dataclass
+class DemoReport:
+    produced: ProduceReport | None = None
+    counts: list[LayerCounts] = field(default_factory=list)
+    gold_rows: list[tuple] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def layer_counts(settings: Settings) -> list[LayerCounts]:
+    """Count bronze, silver and quarantine rows per entity straight from the Delta tables."""
+    spark = get_spark(settings)
+    quarantine = spark.read.format("delta").load(tables.QUARANTINE.path(settings.lake_root))
+    per_schema = dict(quarantine.groupBy("schema").count().collect())
+    counts = []
+    for topic, bronze, silver in ENTITIES:
+        counts.append(
+            LayerCounts(
+                entity=topic.schema.entity,
+                bronze=spark.read.format("delta").load(bronze.path(settings.lake_root)).count(),
+                silver=spark.read.format("delta").load(silver.path(settings.lake_root)).count(),
+                quarantine=per_schema.get(topic.name, 0),
+            )
+        )
+    return counts
+
+
+def quarantine_reasons(settings: Settings) -> list[tuple]:
+    spark = get_spark(settings)
+    df = spark.read.format("delta").load(tables.QUARANTINE.path(settings.lake_root))
+    return [tuple(r) for r in df.groupBy("schema", "reason").count().orderBy(F.desc("count")).collect()]
+
+
+def run_demo(
+    settings: Settings,
+    *,
+    events: int = 5000,
+    seed: int | None = None,
+    mix: Mix = Mix(),
+    keep_running: bool = False,
+    say: Callable[[str], None] = print,
+) -> DemoReport:
+    """Run the whole path once on the embedded defaults and print what happened at each layer."""
+    started = time.monotonic()
+    report = DemoReport()
+    seed = int(time.time()) % 100_000 if seed is None else seed
+
+    def step(title: str) -> None:
+        say(f"\n==> {title}  [{time.monotonic() - started:5.1f}s]")
+
+    step("JVM jars (Maven, first time only)")
+    for name, count in fetch_jars(settings.jars_dir).items():
+        say(f"    {name}: {count} jars in {settings.jars_dir}/{name}")
+
+    node = local_node(settings)
+    started_broker = False
+    step(f"Kafka broker (KRaft) on {node.bootstrap}")
+    if node.read_pid():
+        say(f"    already running (pid {node.read_pid()}), using it")
+    else:
+        pid = node.start(settings.jars_dir)
+        started_broker = True
+        say(f"    started, pid {pid}; data in {node.data_dir}")
+
+    try:
+        step("Topics from their specs (Dagster assets kafka/*)")
+        result = runs.materialize(settings, runs.TOPICS)
+        if (err := runs.failure_message(result)) is not None:
+            raise DemoFailed(f"Creating topics failed: {err}")
+        for name, meta in runs.materialized_metadata(result).items():
+            state = "created" if meta.get("created_now") else "exists"
+            say(f"    {meta['topic']}: {state}, {meta['partitions']} partitions, {meta['retained_records']} records retained")
+
+        step(f"Producing {events} events (seed {seed}) with out-of-order, late, duplicate and malformed ones")
+        start_at = datetime.now(timezone.utc) - timedelta(seconds=events / 10.0)
+        generator = iter(ShopGenerator(seed=seed, start=start_at, events_per_second=10.0, mix=mix))
+        records = [next(generator) for _ in range(events)]
+        produced = produce(records, bootstrap=settings.kafka_bootstrap)
+        report.produced = produced
+        flags = sum(r.late for r in records), sum(r.out_of_order for r in records)
+        say(
+            f"    {produced.delivered} acknowledged, {produced.failed} failed in {produced.duration_s}s: "
+            f"{produced.by_kind['valid']} valid ({flags[1]} out of order, {flags[0]} late), "
+            f"{produced.by_kind['duplicate']} duplicates, {produced.by_kind['malformed']} malformed"
+        )
+        if produced.failed:
+            raise DemoFailed(f"{produced.failed} records were not acknowledged: {produced.errors[:3]}")
+
+        step("Materializing bronze -> silver -> gold (each streaming query catches up, availableNow)")
+        result = runs.materialize(settings, runs.TABLES)
+        if (err := runs.failure_message(result)) is not None:
+            raise DemoFailed(f"Materializing tables failed: {err}")
+        for name, meta in runs.materialized_metadata(result).items():
+            extra = f", {meta['quarantined']} quarantined" if "quarantined" in meta else ""
+            say(
+                f"    {name:36s} +{meta['rows_written']:>6} rows{extra} -> {meta['dagster/row_count']} total, "
+                f"Delta v{meta['delta_version']}, {meta['duration_s']}s"
+            )
+
+        step("A query over gold")
+        say("    lakehouse sql \"" + " ".join(GOLD_QUERY.split()) + "\"")
+        columns, rows, _ = run_sql(get_spark(settings), settings.lake_root, GOLD_QUERY)
+        report.gold_rows = rows
+        say("\n".join("    " + line for line in format_table(columns, rows).splitlines()))
+
+        step("Counts per layer (whole tables): bronze = silver + quarantine + duplicates dropped")
+        report.counts = layer_counts(settings)
+        header = ("entity", "bronze", "silver", "quarantine", "duplicates dropped", "balanced")
+        rows = [
+            (c.entity, c.bronze, c.silver, c.quarantine, c.dropped, "yes" if c.dropped >= 0 else "NO")
+            for c in report.counts
+        ]
+        say("\n".join("    " + line for line in format_table(header, rows).splitlines()))
+        say(f"    this run injected {produced.by_kind['duplicate']} duplicates and {produced.by_kind['malformed']} malformed records")
+        say("    quarantine by reason: " + ", ".join(f"{s.split('.')[1]}/{r}={n}" for s, r, n in quarantine_reasons(settings)))
+    finally:
+        stop_spark()
+        if started_broker and not keep_running:
+            node.stop()
+            say(f"\n    stopped the Kafka broker it started (pid file {node.pid_file})")
+
+    report.wall_s = round(time.monotonic() - started, 1)
+    step(f"Done in {report.wall_s}s. Where things are:")
+    say(f"    tables (Delta)      {settings.lake_root}/<layer>/<table>   query: lakehouse sql \"SELECT ...\"")
+    say(f"    checkpoints         {settings.lake_root}/<layer>/_checkpoints/")
+    say(f"    logs                {settings.log_dir}/ (spark.log, lakehouse.log), {node.logs_dir}/server.log")
+    say(f"    Dagster (runs kept) {settings.dagster_home}   open the UI: lakehouse ui  ->  http://127.0.0.1:3000")
+    if started_broker and keep_running:
+        say(f"    Kafka still running on {node.bootstrap} (pid {node.read_pid()}); stop it: lakehouse kafka stop")
+    return report

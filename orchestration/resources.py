@@ -1,0 +1,75 @@
+"""Dagster resources for Spark, Kafka and the lake, each built from the one settings object."""
+
+from __future__ import annotations
+
+import dagster as dg
+from pyspark.sql import SparkSession
+
+from infra.settings import Settings
+from infra.spark import get_spark
+from streaming.context import FlowContext
+
+
+class SparkResource(dg.ConfigurableResource):
+    """The Spark session: local[*] by default, a spark:// master when configured; jars from the local folder."""
+
+    master: str
+    driver_memory: str
+    shuffle_partitions: int
+    home: str
+    jars_dir: str
+    log_dir: str
+    ui: bool = False
+    extra_conf: dict[str, str] = {}
+
+    def session(self) -> SparkSession:
+        return get_spark(
+            Settings(
+                home=self.home, jars_dir=self.jars_dir, log_dir=self.log_dir, spark_master=self.master,
+                spark_driver_memory=self.driver_memory, spark_shuffle_partitions=self.shuffle_partitions,
+                spark_ui=self.ui, spark_conf=dict(self.extra_conf),
+            )
+        )
+
+
+class KafkaResource(dg.ConfigurableResource):
+    """Where the Kafka cluster is and how new topics are replicated."""
+
+    bootstrap_servers: str
+    replication_factor: int = 1
+
+
+class LakeResource(dg.ConfigurableResource):
+    """The lake root under which every Delta table and checkpoint lives, and the stream tunables."""
+
+    root: str
+    silver_dedup_watermark: str
+    gold_watermark: str
+    max_offsets_per_trigger: int = 0
+
+    def flow_context(self, kafka: KafkaResource) -> FlowContext:
+        return FlowContext(
+            lake_root=self.root,
+            kafka_bootstrap=kafka.bootstrap_servers,
+            silver_dedup_watermark=self.silver_dedup_watermark,
+            gold_watermark=self.gold_watermark,
+            max_offsets_per_trigger=self.max_offsets_per_trigger,
+        )
+
+
+def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
+    """The three resources, all from one settings object."""
+    return {
+        "spark": SparkResource(
+            master=settings.spark_master, driver_memory=settings.spark_driver_memory,
+            shuffle_partitions=settings.spark_shuffle_partitions, home=settings.home,
+            jars_dir=settings.jars_dir, log_dir=settings.log_dir, ui=settings.spark_ui, extra_conf=dict(settings.spark_conf),
+        ),
+        "kafka": KafkaResource(
+            bootstrap_servers=settings.kafka_bootstrap, replication_factor=settings.kafka_replication_factor
+        ),
+        "lake": LakeResource(
+            root=settings.lake_root, silver_dedup_watermark=settings.silver_dedup_watermark,
+            gold_watermark=settings.gold_watermark, max_offsets_per_trigger=settings.max_offsets_per_trigger,
+        ),
+    }

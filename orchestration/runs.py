@@ -1,0 +1,60 @@
+"""Materialize assets in process on the project's persistent Dagster instance, so the UI shows every run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from infra.settings import Settings
+from orchestration.assets import build_assets
+from orchestration.resources import build_resources
+
+TOPICS = dg.AssetSelection.groups("kafka")
+TABLES = dg.AssetSelection.groups("bronze", "silver", "gold")
+
+
+def dagster_instance(settings: Settings) -> dg.DagsterInstance:
+    """The instance in `settings.dagster_home` (SQLite), the same one `lakehouse ui` opens."""
+    home = Path(settings.dagster_home)
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text("telemetry:\n  enabled: false\n")
+    os.environ["DAGSTER_HOME"] = str(home)
+    return dg.DagsterInstance.get()
+
+
+def materialize(settings: Settings, selection: dg.AssetSelection | list[str] | None = None) -> dg.ExecuteInProcessResult:
+    """Materialize the selected assets (all by default) and return Dagster's result."""
+    return dg.materialize(
+        build_assets(),
+        resources=build_resources(settings),
+        instance=dagster_instance(settings),
+        selection=selection,
+        raise_on_error=False,
+        # The run's events still go to the instance (and the UI); the terminal gets warnings only.
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+    )
+
+
+def materialized_metadata(result: dg.ExecuteInProcessResult) -> dict[str, dict[str, Any]]:
+    """Asset name -> the metadata its materialization recorded, as plain values."""
+    out: dict[str, dict[str, Any]] = {}
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        out[mat.asset_key.to_user_string()] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    return out
+
+
+def failure_message(result: dg.ExecuteInProcessResult) -> str | None:
+    """The first step failure's message, or None if the run succeeded."""
+    if result.success:
+        return None
+    for event in result.all_events:
+        if event.is_step_failure:
+            err = event.step_failure_data.error
+            return f"step {event.step_key} failed: {err.message.strip() if err else 'unknown error'}"
+    return "the run failed"
