@@ -1,0 +1,57 @@
+"""Shared fixtures: one Spark session per test session, a real KRaft broker per module, stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from infra.jars import fetch_jars
+from infra.kafka_broker import local_node
+from infra.settings import Settings
+from infra.spark import get_spark
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def jars_dir() -> str:
+    """The project's jars folder (filled by `lakehouse setup`; fetched here if missing)."""
+    folder = os.environ.get("LAKEHOUSE_JARS_DIR") or Settings().jars_dir
+    fetch_jars(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def spark(jars_dir: str, tmp_path_factory: pytest.TempPathFactory):
+    home = tmp_path_factory.mktemp("spark-home")
+    settings = Settings(home=str(home), jars_dir=jars_dir, spark_shuffle_partitions=2)
+    session = get_spark(settings, "lakehouse-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(jars_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """A real one-node KRaft broker on free ports, in its own folder; settings that point at it."""
+    home = tmp_path_factory.mktemp("lakehouse")
+    settings = Settings(
+        home=str(home), jars_dir=jars_dir, kafka_port=free_port(), kafka_controller_port=free_port(),
+        spark_shuffle_partitions=2,
+    )
+    node = local_node(settings)
+    node.start(jars_dir)
+    yield settings
+    node.stop()
+    assert node.read_pid() is None
+
+
+@pytest.fixture
+def lake_root(tmp_path: Path) -> str:
+    return str(tmp_path / "lake")
