@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -56,7 +57,19 @@ def get_spark(settings: Settings, app_name: str = "lakehouse") -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet_error_context_loggers()
     return spark
+
+
+def _quiet_error_context_loggers() -> None:
+    """PySpark logs every failed query (JSON with a JVM trace) to stderr before raising it.
+
+    The exception still reaches the caller, who turns it into one sentence; the dump is noise.
+    """
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def stop_spark() -> None:

@@ -224,9 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=100, help="rows to print at most (default 100)")
     p.set_defaults(fn=cmd_sql)
 
-    p = sub.add_parser("ui", help="start the Dagster UI and daemon (dagster dev) on the project's DAGSTER_HOME")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=3000)
+    p = sub.add_parser("ui", help="start the Dagster UI and daemon (dagster dev) on the project's DAGSTER_HOME",
+                       description="Runs `dagster dev -m orchestration.definitions` with DAGSTER_HOME=<home>/dagster, the "
+                                   "instance `lakehouse demo` and `lakehouse run` record their runs in. Ctrl-C stops it.")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve the UI on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=3000, help="port to serve the UI on (default 3000)")
     p.set_defaults(fn=cmd_ui)
 
     p = sub.add_parser("demo", help="the main job: broker, topics, events with faults, every asset, a gold query, counts",
@@ -239,7 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_mix(p, 0.02, 0.02, 0.01, 0.03)
     p.set_defaults(fn=cmd_demo)
 
-    p = sub.add_parser("settings", help="list every LAKEHOUSE_* setting, its value now and what it means")
+    p = sub.add_parser("settings", help="list every LAKEHOUSE_* setting, its value now and what it means",
+                       description="Every setting is read once from a LAKEHOUSE_* environment variable; this prints each "
+                                   "one with the value in force now and what it controls.")
     p.set_defaults(fn=cmd_settings)
     return parser
 

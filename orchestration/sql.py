@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from numbers import Number
 from typing import Any, Sequence
 
 from pyspark.errors import PySparkException
@@ -52,7 +53,10 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain-text grid, numbers right-aligned."""
     cells = [["NULL" if v is None else str(v) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    numeric = [bool(rows) and all(isinstance(r[i], (int, float)) or r[i] is None for r in rows) for i in range(len(columns))]
+    numeric = [
+        bool(rows) and all(r[i] is None or (isinstance(r[i], Number) and not isinstance(r[i], bool)) for r in rows)
+        for i in range(len(columns))
+    ]
 
     def line(values: Sequence[str]) -> str:
         return " | ".join(v.rjust(w) if numeric[i] else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths)))

@@ -69,8 +69,14 @@ def _create_missing(admin: AdminClient, specs: list[TopicSpec], replication_fact
     return created
 
 
-# Not leader / leader not available / unknown partition: normal for a moment after create_topics.
-_LEADERSHIP_SETTLING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+# Leadership not settled yet: normal for a moment after create_topics.
+_LEADERSHIP_SETTLING = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.FENCED_LEADER_EPOCH,
+}
 
 
 def end_offsets(admin: AdminClient, topic: str, partitions: int, timeout_s: float = 15) -> dict[int, int]:

@@ -59,15 +59,15 @@ def parse_events(bronze: DataFrame, *, schema: EventSchema) -> DataFrame:
 def to_silver(bronze: DataFrame, *, schema: EventSchema, dedup_watermark: str) -> DataFrame:
     """Valid events with typed columns and lineage, deduplicated by event id within the watermark."""
     valid = parse_events(bronze, schema=schema).where(F.col("reason").isNull())
-    return (
-        valid.select(
-            *schema.fields,
-            F.to_date(schema.event_time).alias("event_date"),
-            *_LINEAGE,
-        )
-        .withWatermark(schema.event_time, dedup_watermark)
-        .dropDuplicatesWithinWatermark(["event_id"])
-    )
+    typed = valid.select(
+        *schema.fields,
+        F.to_date(schema.event_time).alias("event_date"),
+        *_LINEAGE,
+    ).withWatermark(schema.event_time, dedup_watermark)
+    # A bounded input is deduplicated whole; Spark offers the within-watermark form for streams only.
+    if typed.isStreaming:
+        return typed.dropDuplicatesWithinWatermark(["event_id"])
+    return typed.dropDuplicates(["event_id"])
 
 
 def to_quarantine(bronze: DataFrame, *, schema: EventSchema) -> DataFrame:

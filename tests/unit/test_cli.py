@@ -1,0 +1,129 @@
+"""The `lakehouse` command line: help texts, and user errors reported as one sentence with exit code 2."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from orchestration import cli
+
+SUBCOMMANDS = ("setup", "kafka", "topics", "produce", "run", "sql", "ui", "demo", "settings")
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    """No LAKEHOUSE_* variable from the outside; home (and so logs) under tmp_path; logging restored after."""
+    for name in list(os.environ):
+        if name.startswith("LAKEHOUSE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "home"))
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield monkeypatch
+    for handler in root.handlers:
+        if handler not in handlers:
+            handler.close()
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def help_text(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as caught:
+        cli.build_parser().parse_args(argv)
+    assert caught.value.code == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    return captured.out
+
+
+def description_of(text: str) -> str:
+    """The paragraphs argparse prints between the usage block and the argument sections."""
+    blocks = [b.strip() for b in text.strip().split("\n\n")]
+    assert blocks[0].startswith("usage: lakehouse")
+    sections = ("options:", "positional arguments:", "faults injected")
+    return "\n\n".join(b for b in blocks[1:] if not b.startswith(sections))
+
+
+def test_top_level_help_exits_zero_and_describes_the_tool(capsys):
+    """`lakehouse --help` exits 0, describes the lakehouse and lists every subcommand."""
+    out = help_text(capsys, ["--help"])
+    assert "Kafka" in description_of(out) and "Delta" in description_of(out)
+    for name in SUBCOMMANDS:
+        assert f"\n    {name} " in out, name
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_subcommand_help_exits_zero_and_prints_a_description(capsys, command):
+    """`lakehouse <command> --help` exits 0 and prints a description of what the command does."""
+    out = help_text(capsys, [command, "--help"])
+    assert out.startswith(f"usage: lakehouse {command}")
+    assert len(description_of(out).split()) >= 3, f"`lakehouse {command} --help` prints no description:\n{out}"
+
+
+def test_produce_help_documents_the_fault_options(capsys):
+    """`lakehouse produce --help` lists each fault share with its default."""
+    out = help_text(capsys, ["produce", "--help"])
+    for option in ("--malformed", "--duplicates", "--late", "--out-of-order", "--seed", "--count"):
+        assert option in out
+
+
+def test_missing_subcommand_is_a_usage_error(capsys):
+    """Running with no subcommand exits 2 with a usage message."""
+    with pytest.raises(SystemExit) as caught:
+        cli.build_parser().parse_args([])
+    assert caught.value.code == 2
+    assert "usage: lakehouse" in capsys.readouterr().err
+
+
+def test_settings_with_a_bad_port_prints_one_error_line(clean_env, capsys):
+    """A non-numeric LAKEHOUSE_KAFKA_PORT makes `lakehouse settings` return 2 with one `error:` line."""
+    clean_env.setenv("LAKEHOUSE_KAFKA_PORT", "notaport")
+    assert cli.main(["settings"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("error:")
+    assert "LAKEHOUSE_KAFKA_PORT" in lines[0]
+    assert "Traceback" not in captured.err
+    assert captured.out == ""
+
+
+def test_settings_lists_every_variable_with_its_value(clean_env, capsys, tmp_path):
+    """`lakehouse settings` returns 0 and prints each LAKEHOUSE_* variable with the value in force."""
+    clean_env.setenv("LAKEHOUSE_KAFKA_PORT", "19092")
+    assert cli.main(["settings"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split("|")[0].strip(): line.split("|")[1].strip() for line in out.splitlines()[2:]}
+    assert rows["LAKEHOUSE_KAFKA_PORT"] == "19092"
+    assert rows["LAKEHOUSE_KAFKA_BOOTSTRAP"] == "127.0.0.1:19092"
+    assert rows["LAKEHOUSE_LAKE_ROOT"] == f"{tmp_path}/home/lake"
+    assert (tmp_path / "home" / "logs" / "lakehouse.log").exists()
+
+
+def test_produce_with_an_invalid_share_fails_before_touching_kafka(clean_env, capsys):
+    """`lakehouse produce --malformed 2` returns 2 with one error line and never builds a producer."""
+    import streaming.producer
+
+    attempts = []
+    clean_env.setenv("LAKEHOUSE_KAFKA_BOOTSTRAP", "127.0.0.1:1")
+    clean_env.setattr(streaming.producer, "produce", lambda *a, **k: attempts.append("produce"))
+    clean_env.setattr(streaming.producer, "Producer", lambda *a, **k: attempts.append("Producer"))
+    assert cli.main(["produce", "--malformed", "2"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("error:")
+    assert "malformed" in lines[0] and "between 0 and 1" in lines[0]
+    assert "Traceback" not in captured.err
+    assert attempts == []
+
+
+def test_sql_with_a_missing_table_prints_one_error_line(clean_env, capfd, spark):
+    """`lakehouse sql` on a missing table returns 2 with one `error:` line on stderr and no trace or log dump."""
+    assert cli.main(["sql", "SELECT * FROM no_such_table_cli"]) == 2
+    captured = capfd.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert lines and lines[-1].startswith("error:") and "no_such_table_cli" in lines[-1]
+    assert len(lines) == 1, f"{len(captured.err)} characters on stderr:\n{captured.err[:500]}"
