@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -35,11 +34,11 @@ def is_complete(jars_dir: str | Path, name: str) -> bool:
     return stamp.exists() and stamp.read_text().strip() == _manifest_digest()
 
 
-def fetch_jars(jars_dir: str | Path, *, force: bool = False) -> dict[str, int]:
+def fetch_jars(jars_dir: str | Path, *, maven_settings: str = "", force: bool = False) -> dict[str, int]:
     """Resolve both classpaths with Maven; a folder whose stamp matches the manifest is skipped."""
     if shutil.which("mvn") is None:
         raise JarsMissing("Maven (mvn) is not on PATH; install it (Debian: apt-get install maven) and run again.")
-    settings_xml = os.environ.get("LAKEHOUSE_MAVEN_SETTINGS") or str(MAVEN_DIR / "settings.xml")
+    settings_xml = maven_settings or str(MAVEN_DIR / "settings.xml")
     counts: dict[str, int] = {}
     for name in CLASSPATHS:
         target = classpath_dir(jars_dir, name).resolve()

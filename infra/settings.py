@@ -46,17 +46,29 @@ def _setting(default: Any, help: str, parse: Callable[[str], Any] | None = None)
     return field(default=default, metadata=meta)
 
 
+# Settings whose default follows from another one (shown this way in --help and the README).
+_DERIVED = {
+    "lake_root": "<home>/lake",
+    "jars_dir": "<home>/jars",
+    "dagster_home": "<home>/dagster",
+    "log_dir": "<home>/logs",
+    "kafka_bootstrap": "<kafka_host>:<kafka_port>",
+    "maven_settings": "infra/maven/settings.xml",
+}
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every address, path and size the lakehouse uses; defaults run everything on one machine."""
 
     home: str = _setting(_default_home, "State folder: jars, broker data, lake, Dagster home, logs.")
-    lake_root: str = _setting("", "Root of all Delta tables: a folder or an object-store URI (s3a://...). Default: <home>/lake.")
-    jars_dir: str = _setting("", "Where Maven puts the JVM jars. Default: <home>/jars.")
-    dagster_home: str = _setting("", "DAGSTER_HOME for the UI and daemon. Default: <home>/dagster.")
-    log_dir: str = _setting("", "Logs of the broker, Spark and the main job. Default: <home>/logs.")
+    lake_root: str = _setting("", "Root of all Delta tables: a folder or an object-store URI (s3a://...).")
+    jars_dir: str = _setting("", "Where Maven puts the JVM jars.")
+    dagster_home: str = _setting("", "DAGSTER_HOME for the UI and daemon.")
+    log_dir: str = _setting("", "Logs of the broker, Spark and the main job.")
+    maven_settings: str = _setting("", "Maven settings file for `lakehouse setup` (e.g. a company mirror).")
 
-    kafka_bootstrap: str = _setting("", "Kafka bootstrap servers the pipeline uses. Default: 127.0.0.1:<kafka_port>.")
+    kafka_bootstrap: str = _setting("", "Kafka bootstrap servers the pipeline uses.")
     kafka_host: str = _setting("127.0.0.1", "Address the embedded broker listens on.")
     kafka_port: int = _setting(9092, "Client port of the embedded broker.", int)
     kafka_controller_port: int = _setting(9093, "KRaft controller port of the embedded broker.", int)
@@ -122,8 +134,10 @@ class Settings:
         """(environment variable, default, meaning) for every setting: for --help and the README."""
         rows = []
         for f in dataclasses.fields(cls):
-            if f.default is not dataclasses.MISSING:
-                default = str(f.default) if f.default != "" else "(derived)"
+            if f.name in _DERIVED:
+                default = _DERIVED[f.name]
+            elif f.default is not dataclasses.MISSING:
+                default = str(f.default)
             elif f.name == "home":
                 default = "<checkout>/.lakehouse"
             else:

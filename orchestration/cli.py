@@ -46,7 +46,7 @@ def _setup_logging(settings: Settings, verbose: bool, quiet: bool = False) -> No
 def cmd_setup(settings: Settings, args: argparse.Namespace) -> int:
     from infra.jars import fetch_jars
 
-    for name, count in fetch_jars(settings.jars_dir, force=args.force).items():
+    for name, count in fetch_jars(settings.jars_dir, maven_settings=settings.maven_settings, force=args.force).items():
         print(f"{name}: {count} jars in {Path(settings.jars_dir) / name}")
     return 0
 

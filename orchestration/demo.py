@@ -100,7 +100,7 @@ def run_demo(
         say(f"\n==> {title}  [{time.monotonic() - started:5.1f}s]")
 
     step("JVM jars (Maven, first time only)")
-    for name, count in fetch_jars(settings.jars_dir).items():
+    for name, count in fetch_jars(settings.jars_dir, maven_settings=settings.maven_settings).items():
         say(f"    {name}: {count} jars in {settings.jars_dir}/{name}")
 
     node = local_node(settings)

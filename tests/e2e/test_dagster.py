@@ -1,0 +1,109 @@
+"""The Dagster definitions load, and every asset materializes in process against the real broker."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timezone
+
+import dagster as dg
+import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+from orchestration import runs
+from orchestration.assets import TOPIC_CHECK, build_assets, topic_key
+from orchestration.definitions import build_definitions, defs
+from orchestration.resources import build_resources
+from schemas import topics
+from streaming import flows
+from streaming.generator import Mix, generate
+from streaming.kafka_topics import admin_client
+from streaming.producer import produce
+
+pytestmark = pytest.mark.integration
+
+
+def test_definitions_load_with_the_expected_lineage():
+    """`defs` validates, holds one asset per topic and per table asset, and each table depends on its source."""
+    dg.Definitions.validate_loadable(defs)
+    specs = {s.key: s for s in defs.resolve_all_asset_specs()}
+    expected = {topic_key(t) for t in topics.ALL} | {dg.AssetKey(n) for n in flows.asset_names()}
+    assert set(specs) == expected
+    assert {d.asset_key for d in specs[dg.AssetKey("bronze_orders")].deps} == {topic_key(topics.ORDERS)}
+    assert {d.asset_key for d in specs[dg.AssetKey("silver_orders")].deps} == {dg.AssetKey("bronze_orders")}
+    assert {d.asset_key for d in specs[dg.AssetKey("gold_revenue_per_minute")].deps} == {dg.AssetKey("silver_orders")}
+    assert all(s.description for s in specs.values())
+    assert defs.resolve_job_def("catch_up") is not None
+
+
+def _metadata(result: dg.ExecuteInProcessResult) -> dict[str, dict]:
+    assert result.success, runs.failure_message(result)
+    return runs.materialized_metadata(result)
+
+
+def test_every_asset_materializes_against_the_real_broker(spark, broker):
+    """Topics, then all tables: metadata on rows, quarantine, duplicates and offsets matches the events produced."""
+    resources = build_resources(broker)
+    topic_meta = _metadata(dg.materialize(build_assets(), resources=resources, selection=runs.TOPICS))
+    assert {m["topic"] for m in topic_meta.values()} == {t.name for t in topics.ALL}
+
+    records = generate(800, seed=3, start=datetime(2026, 11, 22, 8, 0, tzinfo=timezone.utc),
+                       mix=Mix(duplicate=0.05, malformed=0.05))
+    report = produce(records, bootstrap=broker.kafka_bootstrap)
+    assert report.delivered == 800
+
+    result = dg.materialize(build_assets(), resources=resources)  # every asset, topics included
+    meta = _metadata(result)
+    assert set(meta) == {topic_key(t).to_user_string() for t in topics.ALL} | set(flows.asset_names())
+    for check in result.get_asset_check_evaluations():
+        assert check.passed, check
+
+    for topic, bronze, silver in (
+        (topics.ORDERS, "bronze_orders", "silver_orders"),
+        (topics.PAGE_VIEWS, "bronze_page_views", "silver_page_views"),
+    ):
+        mine = [r for r in records if r.topic == topic.name]
+        kinds = Counter(r.kind for r in mine)
+        assert meta[bronze]["rows_written"] == len(mine)
+        assert meta[bronze]["records_consumed"] == len(mine)
+        assert meta[topic_key(topic).to_user_string()]["retained_records"] == len(mine)
+        assert meta[silver]["rows_written"] == kinds["valid"]
+        assert meta[silver]["quarantined"] == kinds["malformed"]
+        assert meta[silver]["duplicates_dropped"] == kinds["duplicate"]
+        assert meta[silver]["dagster/row_count"] == kinds["valid"]
+
+    valid_orders = [r.event for r in records if r.kind == "valid" and r.topic == topics.ORDERS.name]
+    windows = {(e["occurred_at"][:16], e["currency"]) for e in valid_orders}
+    assert meta["gold_revenue_per_minute"]["dagster/row_count"] == len(windows)
+    assert meta["gold_revenue_per_minute"]["delta_version"] >= 1
+
+
+def test_topic_drift_is_reported_and_not_reverted(spark, broker):
+    """A live topic whose retention differs from its spec fails the asset check and keeps its live value."""
+    resources = build_resources(broker)
+    spec = topics.PAGE_VIEWS
+    _metadata(dg.materialize(build_assets(), resources=resources, selection=[topic_key(spec)]))
+    admin = admin_client(broker.kafka_bootstrap)
+    resource = ConfigResource(
+        ResourceType.TOPIC, spec.name,
+        incremental_configs=[ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result()
+
+    result = dg.materialize(build_assets(), resources=resources, selection=[topic_key(spec)])
+    assert result.success
+    [check] = result.get_asset_check_evaluations()
+    assert check.check_name == TOPIC_CHECK and not check.passed
+    assert check.metadata["drift"].value == {"retention.ms": {"spec": str(spec.retention_ms), "live": "3600000"}}
+    live = admin.describe_configs([ConfigResource(ResourceType.TOPIC, spec.name)])
+    [entries] = [f.result() for f in live.values()]
+    assert entries["retention.ms"].value == "3600000"
+
+
+def test_definitions_build_from_settings(broker):
+    """Resources carry the settings they were built from: bootstrap, lake root, Spark master."""
+    d = build_definitions(broker)
+    resources = d.resources
+    assert resources["kafka"].bootstrap_servers == broker.kafka_bootstrap
+    assert resources["lake"].root == broker.lake_root
+    assert resources["spark"].master == broker.spark_master
