@@ -144,7 +144,7 @@ def test_describe_lists_every_field_once_with_the_prefix():
     assert all(meaning.strip() for _, _, meaning in rows)
     defaults = {name: default for name, default, _ in rows}
     assert defaults["LAKEHOUSE_KAFKA_PORT"] == "9092"
-    assert defaults["LAKEHOUSE_LAKE_ROOT"] == "(derived)"
+    assert defaults["LAKEHOUSE_LAKE_ROOT"] == "<home>/lake"
 
 
 def test_every_described_variable_is_read_by_from_env():

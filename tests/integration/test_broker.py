@@ -1,0 +1,45 @@
+"""The broker launcher: clear sentences for a broker already running and a port already taken."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from infra.kafka_broker import BrokerAlreadyRunning, BrokerError, KafkaNode, local_node
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_second_start_says_the_broker_is_already_running(broker):
+    """Starting the running broker again raises one sentence naming its pid and address, and leaves it running."""
+    node = local_node(broker)
+    pid = node.read_pid()
+    assert pid
+    with pytest.raises(BrokerAlreadyRunning) as info:
+        node.start(broker.jars_dir)
+    message = str(info.value)
+    assert "already running" in message and str(pid) in message and node.bootstrap in message
+    assert "\n" not in message
+    assert node.read_pid() == pid
+
+
+def test_a_taken_port_is_named_with_the_setting_to_change(jars_dir, tmp_path: Path):
+    """A port held by another process stops the start before Java runs, with the setting that fixes it."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        node = KafkaNode(1, "127.0.0.1", taken, free_port(), tmp_path / "kafka")
+        with pytest.raises(BrokerError) as info:
+            node.start(jars_dir)
+    assert f"Port {taken}" in str(info.value) and "LAKEHOUSE_KAFKA_PORT" in str(info.value)
+    assert not node.pid_file.exists()
+
+
+def test_stop_when_not_running_is_a_no_op(tmp_path: Path):
+    """Stopping a broker that never started returns None and raises nothing."""
+    node = KafkaNode(1, "127.0.0.1", free_port(), free_port(), tmp_path / "kafka")
+    assert node.stop() is None
