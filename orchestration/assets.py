@@ -1,8 +1,5 @@
 """Asset factories: one asset per Kafka topic spec and one per Delta table, built from the specs and flows."""
 
-
-import json
-
 import dagster as dg
 from pyspark.sql import DataFrame
 

@@ -119,9 +119,9 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     exc = query.exception()
     if exc is not None:
         raise RuntimeError(f"Flow {flow.name} failed: {exc}")
-    progress = [p for p in query.recentProgress if p.batchId is not None]
+    progress = query.recentProgress
     run = FlowRun(flow=flow.name, table=flow.target.name)
-    run.batches = sum(1 for p in progress if p.numInputRows or p.sources)
+    run.batches = sum(1 for p in progress if p.numInputRows > 0)
     run.input_rows = sum(int(p.numInputRows) for p in progress)
     run.kafka_offsets = _kafka_ranges(progress)
     run.delta_version = table_version(spark, path)
