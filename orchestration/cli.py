@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -145,10 +146,16 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     env = {**os.environ, "DAGSTER_HOME": settings.dagster_home}
     cmd = [sys.executable, "-m", "dagster", "dev", "-m", "orchestration.definitions", "-h", args.host, "-p", str(args.port)]
     print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={settings.dagster_home}); Ctrl-C stops it.")
-    try:
-        return subprocess.call(cmd, env=env)
-    except KeyboardInterrupt:
-        return 0
+    # Its own session: a stop sent to this process (Ctrl-C, or a kill by PID) reaches dagster dev
+    # exactly once, through the handler, and dagster dev then stops its webserver, daemon and code servers.
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+
+    def forward(signum: int, _frame: object) -> None:
+        proc.send_signal(signal.SIGINT)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, forward)
+    return proc.wait()
 
 
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
