@@ -27,16 +27,31 @@ def dagster_instance(settings: Settings) -> dg.DagsterInstance:
     return dg.DagsterInstance.get()
 
 
+class UnknownAsset(ValueError):
+    """An asset name the definitions do not have."""
+
+
+def asset_names(assets: list[dg.AssetsDefinition]) -> list[str]:
+    return sorted(key.to_user_string() for a in assets for key in a.keys)
+
+
 def materialize(settings: Settings, selection: dg.AssetSelection | list[str] | None = None) -> dg.ExecuteInProcessResult:
     """Materialize the selected assets (all by default) and return Dagster's result."""
+    assets = build_assets()
+    if isinstance(selection, list):
+        known = asset_names(assets)
+        unknown = [name for name in selection if name not in known]
+        if unknown:
+            raise UnknownAsset(f"There is no asset named {', '.join(unknown)}; assets: {', '.join(known)}.")
     return dg.materialize(
-        build_assets(),
+        assets,
         resources=build_resources(settings),
         instance=dagster_instance(settings),
         selection=selection,
         raise_on_error=False,
-        # The run's events still go to the instance (and the UI); the terminal gets warnings only.
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        # The run's events, stack traces included, go to the instance (and the UI); the terminal gets
+        # the one-line summary the caller prints from failure_message().
+        run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
     )
 
 
@@ -56,5 +71,14 @@ def failure_message(result: dg.ExecuteInProcessResult) -> str | None:
     for event in result.all_events:
         if event.is_step_failure:
             err = event.step_failure_data.error
-            return f"step {event.step_key} failed: {err.message.strip() if err else 'unknown error'}"
+            while err is not None and err.cause is not None:  # Dagster wraps the asset's own exception
+                err = err.cause
+            if err is None or not err.message.strip():
+                return f"asset {event.step_key} failed"
+            message = err.message.strip().splitlines()[0]
+            # Python formats it as "package.module.ClassName: text"; the class is noise to a user.
+            prefix, sep, text = message.partition(": ")
+            if sep and prefix.split(".")[-1] == err.cls_name:
+                message = text
+            return f"asset {event.step_key} failed: {message}"
     return "the run failed"

@@ -15,6 +15,7 @@ from pyspark.sql.streaming import StreamingQuery
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.flows import Flow
+from streaming.kafka_topics import admin_client
 from streaming.sinks import upsert_batch
 from streaming.sources import read_delta_stream, read_kafka_stream
 
@@ -43,11 +44,12 @@ def start_flow(
     spark: SparkSession, flow: Flow, ctx: FlowContext, *, trigger: dict[str, Any] | None = None
 ) -> StreamingQuery:
     """Start the flow's streaming query; `trigger` defaults to availableNow (catch up, then stop)."""
-    source = (
-        read_kafka_stream(spark, flow.source, ctx)
-        if isinstance(flow.source, TopicSpec)
-        else read_delta_stream(spark, flow.source, ctx)
-    )
+    if isinstance(flow.source, TopicSpec):
+        # Spark's Kafka source retries an absent broker for a long time; say so at once instead.
+        admin_client(ctx.kafka_bootstrap)
+        source = read_kafka_stream(spark, flow.source, ctx)
+    else:
+        source = read_delta_stream(spark, flow.source, ctx)
     out = flow.apply(source, ctx)
     path = flow.target.path(ctx.lake_root)
     writer = out.writeStream.queryName(flow.name).option("checkpointLocation", flow.checkpoint(ctx))

@@ -1,0 +1,77 @@
+"""The `lakehouse` subcommands as a user types them, against a real broker, each in its own process."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from schemas import topics
+from streaming.generator import generate
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.integration
+
+LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
+
+
+def lakehouse(settings, *args: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {
+        **os.environ,
+        "LAKEHOUSE_HOME": settings.home,
+        "LAKEHOUSE_JARS_DIR": settings.jars_dir,
+        "LAKEHOUSE_KAFKA_PORT": str(settings.kafka_port),
+        "LAKEHOUSE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
+        "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "2",
+        **env,
+    }
+    return subprocess.run([str(LAKEHOUSE), *args], env=environ, capture_output=True, text=True, timeout=600)
+
+
+def test_topics_produce_status_run_and_sql(broker):
+    """topics creates then finds the topics; produce sends what the generator makes; run and sql see every record."""
+    first = lakehouse(broker, "topics")
+    assert first.returncode == 0, first.stderr
+    assert all(re.search(rf"{re.escape(t.name)}\s+\|\s+created", first.stdout) for t in topics.ALL), first.stdout
+    again = lakehouse(broker, "topics")
+    assert all(re.search(rf"{re.escape(t.name)}\s+\|\s+exists", again.stdout) for t in topics.ALL), again.stdout
+
+    sent = lakehouse(broker, "produce", "--count", "300", "--seed", "9")
+    assert sent.returncode == 0, sent.stderr
+    assert "Sent 300 records" in sent.stdout and "300 acknowledged, 0 failed" in sent.stdout
+    per_topic = Counter(r.topic for r in generate(300, seed=9))  # topic choice depends on the seed only
+    for topic, count in per_topic.items():
+        assert f"{topic}: {count}" in sent.stdout
+
+    status = lakehouse(broker, "kafka", "status")
+    assert status.returncode == 0 and "is running" in status.stdout
+    assert all(t.name in status.stdout for t in topics.ALL)
+
+    ran = lakehouse(broker, "run", "bronze_orders", "bronze_page_views")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert f"bronze_orders: rows_written={per_topic[topics.ORDERS.name]}" in ran.stdout
+
+    query = lakehouse(broker, "sql", "SELECT topic, count(*) AS n FROM bronze_page_views GROUP BY topic")
+    assert query.returncode == 0, query.stderr[-2000:]
+    assert re.search(rf"{re.escape(topics.PAGE_VIEWS.name)}\s+\|\s+{per_topic[topics.PAGE_VIEWS.name]}\b", query.stdout)
+    assert "(1 row)" in query.stdout
+
+
+def test_user_mistakes_get_one_sentence(broker):
+    """An unknown asset, a bad query and an unreachable broker each get one 'error:' line and no traceback."""
+    cases = [
+        (("run", "bronze_ordrs"), {}, "There is no asset named bronze_ordrs"),
+        (("sql", "SELECT nope FROM bronze_orders"), {}, "There is no column named nope"),
+        (("run", "bronze_orders"), {"LAKEHOUSE_KAFKA_PORT": str(free_port())}, "No Kafka broker answers at"),
+    ]
+    for args, env, sentence in cases:
+        proc = lakehouse(broker, *args, **env)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert proc.returncode != 0, args
+        assert len(errors) == 1 and sentence in errors[0], (args, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr, (args, proc.stderr[-2000:])
