@@ -3,6 +3,7 @@
 import dagster as dg
 from pyspark.sql import DataFrame
 
+from batch.catalog import read_table
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
 from schemas import topics
 from schemas.tables import TableSpec
@@ -119,9 +120,8 @@ def table_asset(asset_name: str) -> dg.AssetsDefinition:
         for flow in asset_flows:
             context.log.info(f"running flow {flow.name} -> {flow.target.name}")
             runs.append(run_flow(session, flow, ctx))
-        path = main.target.path(ctx.lake_root)
-        table_df = session.read.format("delta").load(path)
-        return dg.MaterializeResult(metadata=_table_metadata(runs, table_df, path))
+        table_df = read_table(session, main.target, ctx.lake_root)
+        return dg.MaterializeResult(metadata=_table_metadata(runs, table_df, main.target.path(ctx.lake_root)))
 
     return _table
 

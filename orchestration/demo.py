@@ -9,6 +9,7 @@ from typing import Callable
 
 from pyspark.sql import functions as F
 
+from batch.catalog import read_table
 from infra.jars import fetch_jars
 from infra.kafka_broker import local_node
 from infra.settings import Settings
@@ -61,15 +62,15 @@ class DemoReport:
 def layer_counts(settings: Settings) -> list[LayerCounts]:
     """Count bronze, silver and quarantine rows per entity straight from the Delta tables."""
     spark = get_spark(settings)
-    quarantine = spark.read.format("delta").load(tables.QUARANTINE.path(settings.lake_root))
+    quarantine = read_table(spark, tables.QUARANTINE, settings.lake_root)
     per_schema = dict(quarantine.groupBy("schema").count().collect())
     counts = []
     for topic, bronze, silver in ENTITIES:
         counts.append(
             LayerCounts(
                 entity=topic.schema.entity,
-                bronze=spark.read.format("delta").load(bronze.path(settings.lake_root)).count(),
-                silver=spark.read.format("delta").load(silver.path(settings.lake_root)).count(),
+                bronze=read_table(spark, bronze, settings.lake_root).count(),
+                silver=read_table(spark, silver, settings.lake_root).count(),
                 quarantine=per_schema.get(topic.name, 0),
             )
         )
@@ -78,7 +79,7 @@ def layer_counts(settings: Settings) -> list[LayerCounts]:
 
 def quarantine_reasons(settings: Settings) -> list[tuple]:
     spark = get_spark(settings)
-    df = spark.read.format("delta").load(tables.QUARANTINE.path(settings.lake_root))
+    df = read_table(spark, tables.QUARANTINE, settings.lake_root)
     return [tuple(r) for r in df.groupBy("schema", "reason").count().orderBy(F.desc("count")).collect()]
 
 
