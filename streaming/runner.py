@@ -36,7 +36,6 @@ class FlowRun:
     rows_written: int = 0
     delta_version: int | None = None
     kafka_offsets: dict[str, dict[str, int]] = field(default_factory=dict)  # "topic/partition" -> from, to, count
-    source_versions: dict[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
 
 
