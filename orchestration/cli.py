@@ -94,10 +94,7 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
     from streaming.producer import produce
 
     mix = Mix(out_of_order=args.out_of_order, late=args.late, duplicate=args.duplicates, malformed=args.malformed)
-    start = datetime.fromisoformat(args.start.replace("Z", "+00:00")) if args.start else None
-    if start is not None and start.tzinfo is None:
-        start = start.replace(tzinfo=timezone.utc)
-    gen = iter(ShopGenerator(seed=args.seed, start=start, events_per_second=args.event_rate, mix=mix))
+    gen = iter(ShopGenerator(seed=args.seed, start=args.start, events_per_second=args.event_rate, mix=mix))
     records = (next(gen) for _ in range(args.count))
 
     def progress(report) -> None:
@@ -180,6 +177,15 @@ def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- parser
 
+def _instant(text: str) -> datetime:
+    """An ISO-8601 instant from the command line; UTC when no offset is given."""
+    try:
+        ts = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO-8601 time such as 2026-11-22T09:00:00Z") from None
+    return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+
+
 def _add_mix(p: argparse.ArgumentParser, malformed: float, duplicates: float, late: float, out_of_order: float) -> None:
     g = p.add_argument_group("faults injected on purpose (shares of all records, 0..1)")
     g.add_argument("--malformed", type=float, default=malformed, help=f"records that must end in quarantine (default {malformed})")
@@ -213,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, default=1000, help="records to send (default 1000)")
     p.add_argument("--rate", type=float, default=0.0, help="records per second of wall time; 0 sends as fast as possible (default)")
     p.add_argument("--seed", type=int, default=7, help="generator seed (default 7)")
-    p.add_argument("--start", help="event time of the first event, ISO-8601 (default: now)")
+    p.add_argument("--start", type=_instant, help="event time of the first event, ISO-8601 (default: now)")
     p.add_argument("--event-rate", type=float, default=20.0, help="events per second of event time (default 20)")
     _add_mix(p, 0.02, 0.02, 0.01, 0.03)
     p.set_defaults(fn=cmd_produce)
@@ -260,10 +266,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from infra.jars import JarsMissing
     from infra.kafka_broker import BrokerError
     from orchestration.demo import DemoFailed
+    from orchestration.runs import UnknownAsset
     from orchestration.sql import SqlError
+    from streaming.generator import MixError
     from streaming.kafka_topics import KafkaUnreachable
 
-    return SettingsError, JarsMissing, BrokerError, KafkaUnreachable, SqlError, DemoFailed, ValueError
+    return SettingsError, JarsMissing, BrokerError, KafkaUnreachable, SqlError, DemoFailed, UnknownAsset, MixError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -16,4 +15,3 @@ class FlowContext:
     gold_watermark: str = "10 minutes"
     max_offsets_per_trigger: int = 0        # 0: no cap
     max_files_per_trigger: int = 0          # 0: Delta's default
-    kafka_options: Mapping[str, str] = field(default_factory=dict)

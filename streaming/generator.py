@@ -14,6 +14,10 @@ from schemas.events import CURRENCIES, ORDERS_V1, PAGE_VIEWS_V1
 
 Kind = Literal["valid", "duplicate", "malformed"]
 
+
+class MixError(ValueError):
+    """A fault share or rate the generator cannot honour; the message says which."""
+
 PAGE_WEIGHTS = {"home": 10, "category": 20, "product": 45, "cart": 10, "checkout": 5, "search": 10}
 CURRENCY_WEIGHTS = (80, 15, 5)
 REFERRERS = ("direct", "search", "ad", "email", "social")
@@ -41,9 +45,9 @@ class Mix:
         for name in ("out_of_order", "late", "duplicate", "malformed"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"the {name.replace('_', '-')} share must be between 0 and 1, not {value}")
+                raise MixError(f"the {name.replace('_', '-')} share must be between 0 and 1, not {value}")
         if self.duplicate + self.malformed > 1.0:
-            raise ValueError("the duplicate and malformed shares add up to more than 1")
+            raise MixError("the duplicate and malformed shares add up to more than 1")
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ class ShopGenerator:
         mix: Mix = Mix(),
     ):
         if events_per_second <= 0:
-            raise ValueError("events per second of event time must be positive")
+            raise MixError("events per second of event time must be positive")
         self.rng = random.Random(seed)
         self.seed = seed
         self.start = (start or datetime.now(timezone.utc)).astimezone(timezone.utc)

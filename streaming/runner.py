@@ -116,10 +116,7 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     started = time.monotonic()
     before = table_version(spark, path)
     query = start_flow(spark, flow, ctx)
-    query.awaitTermination()
-    exc = query.exception()
-    if exc is not None:
-        raise RuntimeError(f"Flow {flow.name} failed: {exc}")
+    query.awaitTermination()  # raises the query's own error if it failed
     progress = query.recentProgress
     run = FlowRun(flow=flow.name, table=flow.target.name)
     run.batches = sum(1 for p in progress if p.numInputRows > 0)

@@ -22,8 +22,6 @@ def read_kafka_stream(spark: SparkSession, topic: TopicSpec, ctx: FlowContext) -
     )
     if ctx.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(ctx.max_offsets_per_trigger))
-    for key, value in ctx.kafka_options.items():
-        reader = reader.option(key, value)
     return reader.load()
 
 
