@@ -50,6 +50,15 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def process_args(pid: int) -> list[str]:
+    """The command line of a running process, or [] when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return [arg.decode(errors="replace") for arg in cmdline.read().split(b"\0") if arg]
+    except OSError:
+        return []
+
+
 @dataclass(frozen=True)
 class KafkaNode:
     """One KRaft node acting as broker and controller; a cluster is several of these."""
@@ -111,11 +120,22 @@ class KafkaNode:
         return "".join(f"{key}={value}\n" for key, value in props.items())
 
     def read_pid(self) -> int | None:
+        """The PID of this node's running broker; a PID file naming anything else is removed as stale."""
         try:
             pid = int(self.pid_file.read_text().strip())
         except (OSError, ValueError):
             return None
-        return pid if pid_alive(pid) else None
+        if pid_alive(pid) and self._is_own_broker(pid):
+            return pid
+        # PIDs are reused: after a crash or reboot the file may name an unrelated process, never to be signalled.
+        log.warning("removed stale Kafka PID file %s: pid %d is not this node's broker (gone, or another program)", self.pid_file, pid)
+        self.pid_file.unlink(missing_ok=True)
+        return None
+
+    def _is_own_broker(self, pid: int) -> bool:
+        """Whether `pid` runs kafka.Kafka with this node's config file (which lives in its state folder)."""
+        args = process_args(pid)
+        return "kafka.Kafka" in args and str(self.config_file.absolute()) in args
 
     def _java_cmd(self, classpath: list[str], main_class: str, *args: str, heap: str | None = None) -> list[str]:
         cmd = ["java"]
@@ -157,7 +177,7 @@ class KafkaNode:
         self._format_storage(classpath, cluster_id or new_cluster_id(), standalone=cluster_id is None)
         with open(self.console_log, "ab") as out:
             proc = subprocess.Popen(
-                self._java_cmd(classpath, "kafka.Kafka", str(self.config_file), heap=self.heap),
+                self._java_cmd(classpath, "kafka.Kafka", str(self.config_file.absolute()), heap=self.heap),
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # survives the command that started it
             )

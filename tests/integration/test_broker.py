@@ -1,8 +1,11 @@
-"""The broker launcher: clear sentences for a broker already running and a port already taken."""
+"""The broker launcher: clear sentences for a broker already running and a port already taken; stale PID files."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +46,39 @@ def test_stop_when_not_running_is_a_no_op(tmp_path: Path):
     """Stopping a broker that never started returns None and raises nothing."""
     node = KafkaNode(1, "127.0.0.1", free_port(), free_port(), tmp_path / "kafka")
     assert node.stop() is None
+
+
+def test_a_stale_pid_file_is_never_signalled(jars_dir, tmp_path: Path):
+    """A PID file naming an unrelated process: `kafka stop` leaves it alone, `kafka start` starts the broker anyway."""
+    env = {
+        **os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), "LAKEHOUSE_JARS_DIR": jars_dir,
+        "LAKEHOUSE_KAFKA_PORT": str(free_port()), "LAKEHOUSE_KAFKA_CONTROLLER_PORT": str(free_port()),
+    }
+    pid_file = tmp_path / "home" / "kafka" / "kafka.pid"
+    pid_file.parent.mkdir(parents=True)
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        pid_file.write_text(str(bystander.pid))
+        stopped = _lakehouse(env, "kafka", "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert "Kafka is not running." in stopped.stdout and "stale" in stopped.stderr
+        assert bystander.poll() is None, "`kafka stop` killed a process that is not the broker"
+        assert not pid_file.exists()
+
+        pid_file.write_text(str(bystander.pid))
+        started = _lakehouse(env, "kafka", "start")
+        assert started.returncode == 0, started.stderr
+        broker_pid = int(pid_file.read_text())
+        assert broker_pid != bystander.pid and f"(pid {broker_pid})" in started.stdout
+        stopped = _lakehouse(env, "kafka", "stop")
+        assert f"Stopped Kafka (pid {broker_pid})." in stopped.stdout
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+        _lakehouse(env, "kafka", "stop")
+
+
+def _lakehouse(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).with_name("lakehouse")), *args], env=env,
+                          capture_output=True, text=True, timeout=300)
