@@ -31,7 +31,7 @@ Every setting comes from a LAKEHOUSE_* environment variable: `lakehouse settings
 def _setup_logging(settings: Settings, verbose: bool, quiet: bool = False) -> None:
     Path(settings.log_dir).mkdir(parents=True, exist_ok=True)
     root = logging.getLogger()
-    root.setLevel(logging.INFO)
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
     file_handler = logging.FileHandler(Path(settings.log_dir) / "lakehouse.log")
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     console = logging.StreamHandler(sys.stderr)

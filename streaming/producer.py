@@ -12,8 +12,19 @@ from typing import Callable, Iterable
 from confluent_kafka import KafkaError, Producer
 
 from streaming.generator import GeneratedRecord
+from streaming.kafka_topics import admin_client
 
 log = logging.getLogger(__name__)
+
+# Long enough for a remote cluster's metadata, short enough that a typo in the address fails at once.
+REACHABLE_TIMEOUT_S = 5.0
+
+
+class _ClientLog:
+    """Takes librdkafka's own log lines (it retries noisily while a broker is away) and logs them at debug."""
+
+    def log(self, _level: int, msg: str, *args: object) -> None:
+        log.debug(msg, *args)
 
 
 @dataclass(frozen=True)
@@ -49,7 +60,7 @@ def producer_config(bootstrap: str) -> dict[str, object]:
         # Same key -> same partition as the Java client would choose (librdkafka's default differs).
         "partitioner": "murmur2_random",
         "linger.ms": 5,
-        "log_level": 3,
+        "logger": _ClientLog(),  # librdkafka would otherwise print to stderr, hundreds of lines per minute
     }
 
 
@@ -62,6 +73,8 @@ def produce(
     progress_every_s: float = 5.0,
 ) -> ProduceReport:
     """Send every record (paced to `rate` per second if > 0), flush, and report delivery counts."""
+    # Without a broker the producer would queue and retry until the flush timeout; say so at once instead.
+    admin_client(bootstrap, timeout_s=REACHABLE_TIMEOUT_S)
     producer = Producer(producer_config(bootstrap))
     report = ProduceReport()
     started = time.monotonic()

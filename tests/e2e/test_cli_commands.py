@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -75,3 +76,15 @@ def test_user_mistakes_get_one_sentence(broker):
         assert proc.returncode != 0, args
         assert len(errors) == 1 and sentence in errors[0], (args, proc.stderr[-2000:])
         assert "Traceback" not in proc.stderr, (args, proc.stderr[-2000:])
+
+
+def test_produce_without_a_broker_fails_fast_with_one_line(tmp_path):
+    """`lakehouse produce` at an address where nothing listens exits 2 within seconds, one line on stderr."""
+    environ = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), "LAKEHOUSE_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}"}
+    started = time.monotonic()
+    proc = subprocess.run([str(LAKEHOUSE), "produce", "--count", "50"], env=environ, capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()], f"{len(proc.stderr.splitlines())} lines:\n{proc.stderr[:2000]}"
+    assert proc.stderr.startswith("error: No Kafka broker answers at")
+    assert elapsed < 30, f"took {elapsed:.0f}s to give up"  # 5s to give up, plus start-up on a busy machine
