@@ -1,4 +1,4 @@
-"""A deterministic shop-event generator: same seed, same events; chosen shares are faulty on purpose."""
+"""A deterministic shop-event generator: same seed and start, same events; chosen shares are faulty on purpose."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ CORRUPTIONS: tuple[tuple[str, str | None, str], ...] = (
 
 
 class ShopGenerator:
-    """Page views and orders from a fixed catalog of customers and products, driven by one seed."""
+    """Page views and orders from a fixed catalog of customers and products, driven by a seed and a start."""
 
     def __init__(
         self,
@@ -114,6 +114,10 @@ class ShopGenerator:
         self.rng = random.Random(seed)
         self.seed = seed
         self.start = (start or datetime.now(timezone.utc)).astimezone(timezone.utc)
+        # Ids come from seed and start together, so runs with the default seed never re-send an id;
+        # the events themselves follow the seed alone (same seed, same mix of topics and faults).
+        self._ids = random.Random(f"{seed}@{self.start.isoformat()}")
+        self.run_tag = f"{self._ids.getrandbits(48):012x}"
         self.step = 1.0 / events_per_second
         self.customers = [f"c-{n:05d}" for n in range(1, customers + 1)]
         self.products = [f"p-{n:04d}" for n in range(1, products + 1)]
@@ -122,7 +126,7 @@ class ShopGenerator:
         self._recent: list[GeneratedRecord] = []
 
     def _uuid(self) -> str:
-        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        return str(uuid.UUID(int=self._ids.getrandbits(128), version=4))
 
     def _page_view(self, customer: str, occurred: datetime, index: int) -> dict[str, Any]:
         page_type = self.rng.choices(list(PAGE_WEIGHTS), weights=list(PAGE_WEIGHTS.values()))[0]
@@ -146,7 +150,7 @@ class ShopGenerator:
         return {
             "event_id": self._uuid(),
             "occurred_at": iso(occurred),
-            "order_id": f"o-{self.seed}-{index:08d}",
+            "order_id": f"o-{self.run_tag}-{index:08d}",
             "customer_id": customer,
             "currency": self.rng.choices(CURRENCIES, weights=CURRENCY_WEIGHTS)[0],
             "lines": lines,

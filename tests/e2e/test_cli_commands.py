@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import json
 import subprocess
 import sys
 import time
@@ -12,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from confluent_kafka import Consumer, TopicPartition
+
 from schemas import topics
 from streaming.generator import generate
+from streaming.kafka_topics import ensure_topics
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
@@ -88,3 +92,48 @@ def test_produce_without_a_broker_fails_fast_with_one_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()], f"{len(proc.stderr.splitlines())} lines:\n{proc.stderr[:2000]}"
     assert proc.stderr.startswith("error: No Kafka broker answers at")
     assert elapsed < 30, f"took {elapsed:.0f}s to give up"  # 5s to give up, plus start-up on a busy machine
+
+
+def _end_offsets(bootstrap: str) -> dict[tuple[str, int], int]:
+    """The next offset of every partition of the spec'd topics."""
+    statuses = ensure_topics(bootstrap, topics.ALL)
+    return {(s.name, p): offset for s in statuses for p, offset in s.end_offsets.items()}
+
+
+def _ids_between(bootstrap: str, start: dict, end: dict) -> tuple[set[str], set[str]]:
+    """Event ids and order ids of the parseable records between two sets of offsets."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ids-reader", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(t, p, start.get((t, p), 0)) for (t, p) in end])
+    left = sum(end[k] - start.get(k, 0) for k in end)
+    event_ids, order_ids = set(), set()
+    deadline = time.monotonic() + 60
+    while left and time.monotonic() < deadline:
+        msg = consumer.poll(1)
+        if msg is None or msg.error() or msg.offset() >= end[(msg.topic(), msg.partition())]:
+            continue
+        left -= 1
+        try:
+            event = json.loads(msg.value())
+        except ValueError:  # the malformed share, on purpose
+            continue
+        event_ids.add(event.get("event_id"))
+        if "order_id" in event:
+            order_ids.add(event["order_id"])
+    consumer.close()
+    assert left == 0, f"{left} records not read back"
+    return event_ids - {None}, order_ids
+
+
+def test_two_default_produce_runs_send_disjoint_ids(broker):
+    """Two `lakehouse produce --count 50` runs with the default seed send no event id or order id twice."""
+    bootstrap = broker.kafka_bootstrap
+    before = _end_offsets(bootstrap)
+    assert lakehouse(broker, "produce", "--count", "50").returncode == 0
+    between = _end_offsets(bootstrap)
+    assert lakehouse(broker, "produce", "--count", "50").returncode == 0
+    after = _end_offsets(bootstrap)
+    first_events, first_orders = _ids_between(bootstrap, before, between)
+    second_events, second_orders = _ids_between(bootstrap, between, after)
+    assert len(first_events) > 30 and len(second_events) > 30
+    assert first_events.isdisjoint(second_events)
+    assert first_orders.isdisjoint(second_orders)

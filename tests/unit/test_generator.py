@@ -66,6 +66,23 @@ def test_different_seed_gives_different_event_ids():
     assert ids_a.isdisjoint(ids_b)
 
 
+def test_default_seed_with_another_start_shares_no_event_or_order_id():
+    """Two runs with the default seed but different starts (two `lakehouse produce` runs) repeat no id."""
+    first = [r.event for r in generate(2000, start=START) if r.event]
+    second = [r.event for r in generate(2000, start=START + timedelta(microseconds=1)) if r.event]
+    for field in ("event_id", "order_id"):
+        ids_a = {e[field] for e in first if field in e}
+        ids_b = {e[field] for e in second if field in e}
+        assert len(ids_a) > 100 and len(ids_b) > 100, field
+        assert ids_a.isdisjoint(ids_b), field
+
+
+def test_order_ids_are_unique_within_a_run(faulty_records):
+    """Each valid order has its own order id (duplicates re-send the same event, so the same id)."""
+    orders = [r.event["order_id"] for r in faulty_records if r.kind == "valid" and r.topic == ORDERS]
+    assert len(orders) > 100 and len(set(orders)) == len(orders)
+
+
 def test_observed_shares_match_the_mix(faulty_records):
     """Malformed, duplicate, late and out-of-order shares are close to the Mix asked for."""
     kinds = Counter(r.kind for r in faulty_records)
