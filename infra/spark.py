@@ -37,6 +37,9 @@ def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str
             f"-Dlog4j2.configurationFile=file:{LOG4J2_FILE} -Dlakehouse.log.dir={log_dir} "
             f"-Dderby.system.home={settings.home}"
         ),
+        # Parquet's INT96 (Spark's default) is read as nanoseconds by Arrow-based readers (delta-rs,
+        # DuckDB), which cannot hold every instant Spark can; microseconds are what Delta specifies.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         # Tables are addressed by path; Delta's own retention checks stay on by default.
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         # An empty micro-batch after each catch-up only to advance the watermark costs seconds per

@@ -75,7 +75,7 @@ def _column_schema(df: DataFrame) -> dg.TableSchema:
 
 
 def _table_metadata(runs: list[FlowRun], table_df: DataFrame, path: str) -> dict[str, object]:
-    main, side = runs[0], runs[1:]
+    main = runs[0]
     metadata: dict[str, object] = {
         "rows_written": main.rows_written,
         "input_rows": main.input_rows,
@@ -89,17 +89,21 @@ def _table_metadata(runs: list[FlowRun], table_df: DataFrame, path: str) -> dict
     if main.kafka_offsets:
         metadata["kafka_offsets"] = dg.MetadataValue.json(main.kafka_offsets)
         metadata["records_consumed"] = sum(r["count"] for r in main.kafka_offsets.values())
-    for run in side:  # the quarantine flow that travels with a silver table
-        metadata["quarantined"] = run.rows_written
-        metadata["quarantine_version"] = run.delta_version if run.delta_version is not None else -1
-        if run.input_rows == main.input_rows:
-            metadata["duplicates_dropped"] = main.input_rows - main.rows_written - run.rows_written
+    if (split := main.silver) is not None:
+        # Every bronze record read lands in exactly one of these: the identity the demo prints.
+        metadata["quarantined"] = split.quarantined
+        metadata["late_arrivals"] = split.late
+        metadata["duplicates_dropped"] = split.duplicates
+        metadata["quarantine_reasons"] = dg.MetadataValue.json(dict(sorted(split.reasons.items())))
+        if split.watermark:
+            metadata["dedup_watermark"] = split.watermark
     return metadata
 
 
 def table_asset(asset_name: str) -> dg.AssetsDefinition:
     asset_flows = flow_registry.flows_for_asset(asset_name)
     main = asset_flows[0]
+    writes = ", ".join(t.name for t in (main.target, *main.also_writes))
     deps = list(dict.fromkeys(source_key(f.source) for f in asset_flows))
 
     @dg.asset(
@@ -108,7 +112,8 @@ def table_asset(asset_name: str) -> dg.AssetsDefinition:
         deps=deps,
         kinds={"delta", "spark"},
         description=f"{main.target.description} ({main.transform.__doc__.splitlines()[0]})",
-        metadata={"keys": ", ".join(main.target.keys), "flows": ", ".join(f.name for f in asset_flows)},
+        metadata={"keys": ", ".join(main.target.keys), "flows": ", ".join(f.name for f in asset_flows),
+                  "writes": writes},
     )
     def _table(
         context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource, lake: LakeResource

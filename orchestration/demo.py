@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
+from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from batch.catalog import read_table
@@ -39,16 +40,17 @@ class DemoFailed(RuntimeError):
 
 @dataclass
 class LayerCounts:
-    """Rows per layer for one entity; `dropped` is what silver dropped as duplicates."""
+    """Rows per layer for one entity; `duplicates` is what silver dropped as already seen."""
 
     entity: str
     bronze: int
     silver: int
     quarantine: int
+    late: int
 
     @property
-    def dropped(self) -> int:
-        return self.bronze - self.silver - self.quarantine
+    def duplicates(self) -> int:
+        return self.bronze - self.silver - self.quarantine - self.late
 
 
 @dataclass
@@ -60,10 +62,14 @@ class DemoReport:
 
 
 def layer_counts(settings: Settings) -> list[LayerCounts]:
-    """Count bronze, silver and quarantine rows per entity straight from the Delta tables."""
+    """Count bronze, silver, quarantine and late-arrival rows per entity straight from the Delta tables."""
     spark = get_spark(settings)
     quarantine = read_table(spark, tables.QUARANTINE, settings.lake_root)
     per_schema = dict(quarantine.groupBy("schema").count().collect())
+    per_table = {}
+    if DeltaTable.isDeltaTable(spark, tables.LATE_ARRIVALS.path(settings.lake_root)):
+        late = read_table(spark, tables.LATE_ARRIVALS, settings.lake_root)
+        per_table = dict(late.groupBy("table").count().collect())
     counts = []
     for topic, bronze, silver in ENTITIES:
         counts.append(
@@ -72,6 +78,7 @@ def layer_counts(settings: Settings) -> list[LayerCounts]:
                 bronze=read_table(spark, bronze, settings.lake_root).count(),
                 silver=read_table(spark, silver, settings.lake_root).count(),
                 quarantine=per_schema.get(topic.name, 0),
+                late=per_table.get(silver.name, 0),
             )
         )
     return counts
@@ -143,7 +150,8 @@ def run_demo(
         if (err := runs.failure_message(result)) is not None:
             raise DemoFailed(f"Materializing tables failed: {err}")
         for name, meta in runs.materialized_metadata(result).items():
-            extra = f", {meta['quarantined']} quarantined" if "quarantined" in meta else ""
+            extra = (f", {meta['quarantined']} quarantined, {meta['late_arrivals']} late, "
+                     f"{meta['duplicates_dropped']} duplicates" if "quarantined" in meta else "")
             say(
                 f"    {name:36s} +{meta['rows_written']:>6} rows{extra} -> {meta['dagster/row_count']} total, "
                 f"Delta v{meta['delta_version']}, {meta['duration_s']}s"
@@ -155,14 +163,17 @@ def run_demo(
         report.gold_rows = rows
         say("\n".join("    " + line for line in format_table(columns, rows).splitlines()))
 
-        step("Counts per layer (whole tables): bronze = silver + quarantine + duplicates dropped")
+        step("Counts per layer (whole tables): bronze = silver + quarantine + late arrivals + duplicates")
         report.counts = layer_counts(settings)
-        header = ("entity", "bronze", "silver", "quarantine", "duplicates dropped", "balanced")
+        header = ("entity", "bronze", "silver", "quarantine", "late arrivals", "duplicates", "balanced")
         rows = [
-            (c.entity, c.bronze, c.silver, c.quarantine, c.dropped, "yes" if c.dropped >= 0 else "NO")
+            (c.entity, c.bronze, c.silver, c.quarantine, c.late, c.duplicates, "yes" if c.duplicates >= 0 else "NO")
             for c in report.counts
         ]
         say("\n".join("    " + line for line in format_table(header, rows).splitlines()))
+        total = {k: sum(getattr(c, k) for c in report.counts) for k in ("bronze", "silver", "quarantine", "late", "duplicates")}
+        say(f"    balance: bronze {total['bronze']} = silver {total['silver']} + quarantine {total['quarantine']} "
+            f"+ late arrivals {total['late']} + duplicates {total['duplicates']}")
         say(f"    this run injected {produced.by_kind['duplicate']} duplicates and {produced.by_kind['malformed']} malformed records")
         say("    quarantine by reason: " + ", ".join(f"{s.split('.')[1]}/{r}={n}" for s, r, n in quarantine_reasons(settings)))
     finally:

@@ -45,6 +45,8 @@ class LakeResource(dg.ConfigurableResource):
     root: str
     silver_dedup_watermark: str
     gold_watermark: str
+    event_time_floor: str = "2000-01-01T00:00:00Z"
+    event_time_max_ahead: str = "1 day"
     max_offsets_per_trigger: int = 0
 
     def flow_context(self, kafka: KafkaResource) -> FlowContext:
@@ -53,6 +55,8 @@ class LakeResource(dg.ConfigurableResource):
             kafka_bootstrap=kafka.bootstrap_servers,
             silver_dedup_watermark=self.silver_dedup_watermark,
             gold_watermark=self.gold_watermark,
+            event_time_floor=self.event_time_floor,
+            event_time_max_ahead=self.event_time_max_ahead,
             max_offsets_per_trigger=self.max_offsets_per_trigger,
         )
 
@@ -71,5 +75,6 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
         "lake": LakeResource(
             root=settings.lake_root, silver_dedup_watermark=settings.silver_dedup_watermark,
             gold_watermark=settings.gold_watermark, max_offsets_per_trigger=settings.max_offsets_per_trigger,
+            event_time_floor=settings.event_time_floor, event_time_max_ahead=settings.event_time_max_ahead,
         ),
     }

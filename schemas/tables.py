@@ -42,6 +42,11 @@ QUARANTINE = TableSpec(
     "quarantine", "silver", "Records that failed parsing or their contract: reason, raw bytes, Kafka coordinates.",
     _KAFKA_COORDS,
 )
+LATE_ARRIVALS = TableSpec(
+    "late_arrivals", "silver",
+    "Valid events that arrived behind a flow's watermark: the flow, event time, watermark, lateness, Kafka coordinates.",
+    ("flow", "topic", "partition", "offset"),
+)
 GOLD_REVENUE_PER_MINUTE = TableSpec(
     "gold_revenue_per_minute", "gold", "Revenue per one-minute event-time window and currency.",
     ("window_start", "currency"),
@@ -57,6 +62,7 @@ ALL = (
     SILVER_PAGE_VIEWS,
     SILVER_ORDERS,
     QUARANTINE,
+    LATE_ARRIVALS,
     GOLD_REVENUE_PER_MINUTE,
     GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE,
 )

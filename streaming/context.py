@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+_UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
+_PART = re.compile(r"\s*(\d+)\s*(second|minute|hour|day|week)s?\s*", re.IGNORECASE)
+
+
+def duration_micros(text: str) -> int:
+    """Microseconds in a Spark interval string such as "10 minutes" or "1 hour 30 minutes"."""
+    parts = _PART.findall(text)
+    if not parts or _PART.sub("", text).strip():
+        raise ValueError(f"{text!r} is not a duration such as '10 minutes' or '1 hour'")
+    return sum(int(n) * _UNIT_SECONDS[unit.lower()] for n, unit in parts) * 1_000_000
 
 
 @dataclass(frozen=True)
@@ -13,5 +25,7 @@ class FlowContext:
     kafka_bootstrap: str
     silver_dedup_watermark: str = "1 hour"
     gold_watermark: str = "10 minutes"
+    event_time_floor: str = "2000-01-01T00:00:00Z"
+    event_time_max_ahead: str = "1 day"
     max_offsets_per_trigger: int = 0        # 0: no cap
     max_files_per_trigger: int = 0          # 0: Delta's default

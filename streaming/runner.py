@@ -15,7 +15,8 @@ from pyspark.sql.streaming import StreamingQuery
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.flows import Flow
-from streaming.kafka_topics import admin_client
+from streaming.kafka_topics import KafkaUnreachable, admin_client
+from streaming.silver_batches import SilverBatchStats, SilverWriter
 from streaming.sinks import upsert_batch
 from streaming.sources import read_delta_stream, read_kafka_stream
 
@@ -37,10 +38,16 @@ class FlowRun:
     delta_version: int | None = None
     kafka_offsets: dict[str, dict[str, int]] = field(default_factory=dict)  # "topic/partition" -> from, to, count
     duration_s: float = 0.0
+    silver: SilverBatchStats | None = None   # what a silver flow split off: quarantine, late, duplicates
+
+
+class KafkaLost(KafkaUnreachable):
+    """The broker went away while a flow was reading from it."""
 
 
 def start_flow(
-    spark: SparkSession, flow: Flow, ctx: FlowContext, *, trigger: dict[str, Any] | None = None
+    spark: SparkSession, flow: Flow, ctx: FlowContext, *, trigger: dict[str, Any] | None = None,
+    writer: SilverWriter | None = None,
 ) -> StreamingQuery:
     """Start the flow's streaming query; `trigger` defaults to availableNow (catch up, then stop)."""
     if isinstance(flow.source, TopicSpec):
@@ -51,16 +58,18 @@ def start_flow(
         source = read_delta_stream(spark, flow.source, ctx)
     out = flow.apply(source, ctx)
     path = flow.target.path(ctx.lake_root)
-    writer = out.writeStream.queryName(flow.name).option("checkpointLocation", flow.checkpoint(ctx))
-    writer = writer.trigger(**(trigger or {"availableNow": True}))
+    query_writer = out.writeStream.queryName(flow.name).option("checkpointLocation", flow.checkpoint(ctx))
+    query_writer = query_writer.trigger(**(trigger or {"availableNow": True}))
+    if flow.output == "batch":
+        return query_writer.foreachBatch(writer or flow.batch_writer(ctx)).start()
     if flow.output == "upsert":
         # The app id carries the checkpoint's version: a new checkpoint restarts batch ids at 0.
-        fn = upsert_batch(flow.target, path, app_id=f"{flow.name}-v{flow.version}")
-        return writer.outputMode("update").foreachBatch(fn).start()
+        fn = upsert_batch(flow.target, path, app_id=flow.app_id)
+        return query_writer.outputMode("update").foreachBatch(fn).start()
     if flow.target.partition_by:
-        writer = writer.partitionBy(*flow.target.partition_by)
+        query_writer = query_writer.partitionBy(*flow.target.partition_by)
     # Delta's streaming sink commits (query id, batch id) with each write: a replayed batch is skipped.
-    return writer.format("delta").outputMode("append").start(path)
+    return query_writer.format("delta").outputMode("append").start(path)
 
 
 def table_version(spark: SparkSession, path: str) -> int | None:
@@ -115,18 +124,47 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     path = flow.target.path(ctx.lake_root)
     started = time.monotonic()
     before = table_version(spark, path)
-    query = start_flow(spark, flow, ctx)
-    query.awaitTermination()  # raises the query's own error if it failed
+    writer = flow.batch_writer(ctx) if flow.output == "batch" else None
+    query = start_flow(spark, flow, ctx, writer=writer)
+    try:
+        query.awaitTermination()  # raises the query's own error if it failed
+    except Exception as exc:
+        _raise_if_kafka_lost(flow, ctx, exc)
+        raise
     progress = query.recentProgress
     run = FlowRun(flow=flow.name, table=flow.target.name)
     run.batches = sum(1 for p in progress if p.numInputRows > 0)
     run.input_rows = sum(int(p.numInputRows) for p in progress)
     run.kafka_offsets = _kafka_ranges(progress)
     run.delta_version = table_version(spark, path)
-    run.rows_written = rows_written_since(spark, path, before, query_id=str(query.id))
+    if writer is not None:
+        run.silver = writer.stats
+        run.rows_written = writer.stats.silver
+    else:
+        run.rows_written = rows_written_since(spark, path, before, query_id=str(query.id))
     run.duration_s = round(time.monotonic() - started, 2)
     log.info(
         "flow %s: %d input rows, %d written, %s is at version %s (%.1fs)",
         flow.name, run.input_rows, run.rows_written, flow.target.name, run.delta_version, run.duration_s,
     )
     return run
+
+
+def _raise_if_kafka_lost(flow: Flow, ctx: FlowContext, exc: Exception) -> None:
+    """Turn a Kafka flow's failure into one sentence when the broker is what went away."""
+    if not isinstance(flow.source, TopicSpec):
+        return
+    try:
+        admin_client(ctx.kafka_bootstrap, timeout_s=5)
+    except KafkaUnreachable:
+        raise KafkaLost(
+            f"The Kafka broker at {ctx.kafka_bootstrap} stopped answering while flow {flow.name} was reading "
+            f"{flow.source.name}; start it again (`lakehouse kafka start`) and rerun: the flow resumes from its "
+            "checkpoint, so nothing is lost or read twice."
+        ) from None
+    if "org.apache.kafka.common.errors.TimeoutException" in str(exc):
+        raise KafkaLost(
+            f"Kafka at {ctx.kafka_bootstrap} did not answer in time while flow {flow.name} was reading "
+            f"{flow.source.name}; check the broker (`lakehouse kafka status`) and rerun: the flow resumes from "
+            "its checkpoint."
+        ) from None

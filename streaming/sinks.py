@@ -46,3 +46,15 @@ def upsert_batch(table: TableSpec, path: str, *, app_id: str) -> BatchFunction:
         )
 
     return upsert
+
+
+def append_once(df: DataFrame, path: str, *, app_id: str, batch_id: int, partition_by: tuple[str, ...] = ()) -> None:
+    """Append a micro-batch's rows to a Delta table; Delta skips the write if (app_id, batch_id) already committed."""
+    writer = (
+        df.write.format("delta").mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", str(batch_id))
+    )
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.save(path)

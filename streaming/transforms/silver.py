@@ -1,78 +1,168 @@
-"""Silver: parse bronze against its schema; valid events are typed and deduplicated, the rest quarantined."""
+"""Silver: parse bronze once against its schema; typed events, each with a reason code when it is not valid."""
 
 from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+)
 
 from schemas import reasons
 from schemas.events import ORDERS_V1, PAGE_VIEWS_V1, EventSchema
-from streaming.transforms.contracts import RULES
+from streaming.transforms.contracts import DERIVED, RULES
 
-_LINEAGE = ("topic", "partition", "offset", "appended_at", "ingested_at")
+LINEAGE = ("topic", "partition", "offset", "appended_at", "ingested_at")
+_INTEGERS = (ByteType, ShortType, IntegerType, LongType)
 
 
-def _first_failure(checks: list[tuple[str, Column]]) -> Column:
+def _path(name: str) -> str:
+    return f"$['{name}']"
+
+
+def _absent(v: Column) -> Column:
+    """A field that is missing (SQL null) or JSON null."""
+    return v.isNull() | (F.schema_of_variant(v) == "VOID")
+
+
+def _type_ok(v: Column, dtype: DataType) -> Column:
+    """True when the JSON value has the declared type (or is absent); numbers are never strings and vice versa."""
+    kind = F.schema_of_variant(v)
+    if isinstance(dtype, StringType):
+        ok = kind == "STRING"
+    elif isinstance(dtype, _INTEGERS):
+        # A JSON integer too large for a long parses as DECIMAL(p,0): right type, out of range.
+        ok = (kind == "BIGINT") | kind.rlike(r"^DECIMAL\(\d+,0\)$")
+    elif isinstance(dtype, (DoubleType, FloatType)):
+        ok = (kind == "BIGINT") | (kind == "DOUBLE") | kind.startswith("DECIMAL(")
+    elif isinstance(dtype, BooleanType):
+        ok = kind == "BOOLEAN"
+    elif isinstance(dtype, ArrayType):
+        elements = F.try_variant_get(v, "$", "array<variant>")
+        ok = kind.startswith("ARRAY<") & F.forall(elements, lambda e: _type_ok(e, dtype.elementType))
+    elif isinstance(dtype, StructType):
+        ok = kind.startswith("OBJECT<")
+        for f in dtype.fields:
+            ok = ok & _type_ok(F.try_variant_get(v, _path(f.name), "variant"), f.dataType)
+    else:  # a declared type this parser does not know: let the typed extraction decide
+        ok = F.lit(True)
+    return F.coalesce(_absent(v) | ok, F.lit(False))
+
+
+def _range_ok(v: Column, dtype: DataType) -> Column:
+    """True when every number in the (type-checked) value fits its declared type."""
+    if isinstance(dtype, _INTEGERS):
+        ok = F.try_variant_get(v, "$", dtype.simpleString()).isNotNull()
+    elif isinstance(dtype, ArrayType):
+        ok = F.forall(F.try_variant_get(v, "$", "array<variant>"), lambda e: _range_ok(e, dtype.elementType))
+    elif isinstance(dtype, StructType):
+        ok = F.lit(True)
+        for f in dtype.fields:
+            ok = ok & _range_ok(F.try_variant_get(v, _path(f.name), "variant"), f.dataType)
+    else:
+        return F.lit(True)
+    return F.coalesce(_absent(v) | ok, F.lit(False))
+
+
+def _first(checks: list[tuple[str, Column]]) -> Column:
     """The name of the first check whose condition holds, else null."""
-    return F.coalesce(*[F.when(failed, F.lit(name)) for name, failed in checks]) if checks else F.lit(None)
+    return F.coalesce(*[F.when(cond, F.lit(name)) for name, cond in checks]) if checks else F.lit(None)
 
 
-def parse_events(bronze: DataFrame, *, schema: EventSchema) -> DataFrame:
+def parse_events(
+    bronze: DataFrame, *, schema: EventSchema, event_time_floor: str, max_event_time_ahead: str
+) -> DataFrame:
     """Bronze rows with the payload as typed columns plus `reason`/`detail` (both null when the event is valid)."""
     text = F.col("value").cast("string")
-    raw_ts = {ts: f"_raw_{ts}" for ts in schema.timestamps}
-    parsed = bronze.select(
+    # Spark's JSON parsers stop after the first document and ignore what follows. Parsing the value as
+    # the first element of an array sealed with a hash of its own bytes makes any trailing bytes, or a
+    # second document, visible: the seal is then missing, misplaced or not last.
+    seal = F.xxhash64("value")
+    sealed = F.try_parse_json(F.concat(F.lit("["), text, F.lit(","), seal.cast("string"), F.lit("]")))
+    stage = bronze.select(
         *bronze.columns,
-        F.from_json(text, schema.payload).alias("_event"),
-        F.is_valid_utf8(F.col("value")).alias("_utf8"),
-        F.try_parse_json(text).isNotNull().alias("_json"),
-    ).select(
+        F.is_valid_utf8("value").alias("_utf8"),
+        sealed.alias("_sealed"),
+        seal.alias("_seal"),
+    )
+    doc = F.try_variant_get("_sealed", "$[0]", "variant")
+    stage = stage.select(
         *bronze.columns,
         "_utf8",
-        "_json",
-        *[F.col(f"_event.{name}").alias(raw_ts.get(name, name)) for name in schema.fields],
+        F.col("_sealed").isNotNull().alias("_parsed"),
+        F.coalesce(
+            (F.try_variant_get("_sealed", "$[1]", "bigint") == F.col("_seal"))
+            & F.try_variant_get("_sealed", "$[2]", "variant").isNull(),
+            F.lit(False),
+        ).alias("_single"),
+        (F.schema_of_variant(doc).startswith("OBJECT<")).alias("_object"),
+        *[F.try_variant_get(doc, _path(f.name), "variant").alias(f"_v_{f.name}") for f in schema.payload.fields],
     )
-    typed = parsed.select(
-        "*", *[F.try_to_timestamp(F.col(raw)).alias(ts) for ts, raw in raw_ts.items()]
+    raw = {f.name: F.col(f"_v_{f.name}") for f in schema.payload.fields}
+    typed = stage.select(
+        "*", *[F.try_variant_get(raw[f.name], "$", f.dataType.simpleString()).alias(f.name) for f in schema.payload.fields]
     )
-    missing = _first_failure([(name, F.col(raw_ts.get(name, name)).isNull()) for name in schema.required])
-    bad_ts = _first_failure([(ts, F.col(raw).isNotNull() & F.col(ts).isNull()) for ts, raw in raw_ts.items()])
-    broken_rule = _first_failure([(name, ~F.coalesce(holds, F.lit(False))) for name, holds in RULES[schema.name]()])
-    reason = (
-        F.when(~F.col("_utf8"), F.lit(reasons.INVALID_ENCODING))
-        .when(~F.col("_json"), F.lit(reasons.MALFORMED_JSON))
-        .when(missing.isNotNull(), F.lit(reasons.MISSING_FIELD))
-        .when(bad_ts.isNotNull(), F.lit(reasons.BAD_TIMESTAMP))
-        .when(broken_rule.isNotNull(), F.lit(reasons.CONTRACT_VIOLATION))
-    )
-    detail = (
-        F.when(~F.col("_utf8") | ~F.col("_json"), F.lit(None))
-        .when(missing.isNotNull(), missing)
-        .when(bad_ts.isNotNull(), bad_ts)
-        .otherwise(broken_rule)
-    )
-    return typed.select("*", reason.alias("reason"), detail.alias("detail")).drop(
-        "_utf8", "_json", *raw_ts.values()
-    )
+    ts_cols = [F.try_to_timestamp(F.col(ts)).alias(ts) for ts in schema.timestamps]
+    typed = typed.select(*[c for c in typed.columns if c not in schema.timestamps], *ts_cols)
+
+    floor = F.lit(event_time_floor).cast("timestamp")
+    ceiling = F.col("appended_at") + F.expr(f"INTERVAL '{max_event_time_ahead}'")
+    missing = _first([(name, _absent(raw[name])) for name in schema.required])
+    wrong_type = _first([(f.name, ~_type_ok(raw[f.name], f.dataType)) for f in schema.payload.fields])
+    out_of_range = _first([(f.name, ~_range_ok(raw[f.name], f.dataType)) for f in schema.payload.fields])
+    bad_ts = _first([(ts, ~_absent(raw[ts]) & F.col(ts).isNull()) for ts in schema.timestamps])
+    implausible = _first([(ts, (F.col(ts) < floor) | (F.col(ts) > ceiling)) for ts in schema.timestamps])
+    broken_rule = _first([(name, ~F.coalesce(holds, F.lit(False))) for name, holds in RULES[schema.name]()])
+    empty = F.col("value").isNull() | (F.length("value") == 0)
+    # (reason, detail) in the order they are tested: the first that applies is the record's reason.
+    checks = [
+        (empty, reasons.EMPTY_VALUE, F.lit(None)),
+        (~F.col("_utf8"), reasons.INVALID_ENCODING, F.lit(None)),
+        (~F.col("_parsed") & F.try_parse_json(text).isNotNull(), reasons.TRAILING_DATA, F.lit(None)),
+        (~F.col("_parsed"), reasons.MALFORMED_JSON, F.lit(None)),
+        (~F.col("_single"), reasons.TRAILING_DATA, F.lit(None)),
+        (~F.col("_object"), reasons.WRONG_TYPE, F.lit("$")),
+        (missing.isNotNull(), reasons.MISSING_FIELD, missing),
+        (wrong_type.isNotNull(), reasons.WRONG_TYPE, wrong_type),
+        (out_of_range.isNotNull(), reasons.OUT_OF_RANGE, out_of_range),
+        (bad_ts.isNotNull(), reasons.BAD_TIMESTAMP, bad_ts),
+        (implausible.isNotNull(),
+         F.when(implausible == schema.event_time, F.lit(reasons.IMPLAUSIBLE_EVENT_TIME))
+         .otherwise(F.lit(reasons.IMPLAUSIBLE_TIMESTAMP)), implausible),
+        (broken_rule.isNotNull(), reasons.CONTRACT_VIOLATION, broken_rule),
+    ]
+    reason, detail = F, F
+    for cond, code, why in checks:
+        code = code if isinstance(code, Column) else F.lit(code)
+        reason, detail = reason.when(cond, code), detail.when(cond, why)
+    helpers = ["_utf8", "_parsed", "_single", "_object", *[f"_v_{f.name}" for f in schema.payload.fields]]
+    return typed.select("*", reason.alias("reason"), detail.alias("detail")).drop(*helpers)
 
 
-def to_silver(bronze: DataFrame, *, schema: EventSchema, dedup_watermark: str) -> DataFrame:
-    """Valid events with typed columns and lineage, deduplicated by event id within the watermark."""
-    valid = parse_events(bronze, schema=schema).where(F.col("reason").isNull())
-    typed = valid.select(
+def to_silver(parsed: DataFrame, *, schema: EventSchema) -> DataFrame:
+    """Valid events of a parsed batch: typed payload, event date, derived columns and Kafka lineage."""
+    valid = parsed.where(F.col("reason").isNull()).select(
         *schema.fields,
         F.to_date(schema.event_time).alias("event_date"),
-        *_LINEAGE,
-    ).withWatermark(schema.event_time, dedup_watermark)
-    # A bounded input is deduplicated whole; Spark offers the within-watermark form for streams only.
-    if typed.isStreaming:
-        return typed.dropDuplicatesWithinWatermark(["event_id"])
-    return typed.dropDuplicates(["event_id"])
+        *LINEAGE,
+    )
+    derive = DERIVED.get(schema.name)
+    return derive(valid) if derive else valid
 
 
-def to_quarantine(bronze: DataFrame, *, schema: EventSchema) -> DataFrame:
+def to_quarantine(parsed: DataFrame, *, schema: EventSchema) -> DataFrame:
     """Records that failed parsing or their contract: reason code, detail, raw bytes and Kafka coordinates."""
-    return parse_events(bronze, schema=schema).where(F.col("reason").isNotNull()).select(
+    return parsed.where(F.col("reason").isNotNull()).select(
         "topic",
         "partition",
         "offset",
@@ -88,22 +178,25 @@ def to_quarantine(bronze: DataFrame, *, schema: EventSchema) -> DataFrame:
     )
 
 
-def to_silver_page_views(bronze: DataFrame, *, dedup_watermark: str) -> DataFrame:
-    """Page views parsed against shop.page_views.v1, typed, deduplicated by event id."""
-    return to_silver(bronze, schema=PAGE_VIEWS_V1, dedup_watermark=dedup_watermark)
+def parse_page_views(bronze: DataFrame, *, event_time_floor: str, max_event_time_ahead: str) -> DataFrame:
+    """Page-view records parsed against shop.page_views.v1, each valid or with its quarantine reason."""
+    return parse_events(
+        bronze, schema=PAGE_VIEWS_V1, event_time_floor=event_time_floor, max_event_time_ahead=max_event_time_ahead
+    )
 
 
-def to_silver_orders(bronze: DataFrame, *, dedup_watermark: str) -> DataFrame:
-    """Orders parsed against shop.orders.v1, typed, with item counts, deduplicated by event id."""
-    silver = to_silver(bronze, schema=ORDERS_V1, dedup_watermark=dedup_watermark)
-    return silver.withColumn("item_count", F.aggregate("lines", F.lit(0), lambda acc, line: acc + line["quantity"]))
+def parse_orders(bronze: DataFrame, *, event_time_floor: str, max_event_time_ahead: str) -> DataFrame:
+    """Order records parsed against shop.orders.v1, each valid or with its quarantine reason."""
+    return parse_events(
+        bronze, schema=ORDERS_V1, event_time_floor=event_time_floor, max_event_time_ahead=max_event_time_ahead
+    )
 
 
-def to_quarantine_page_views(bronze: DataFrame) -> DataFrame:
-    """Page-view records that are not valid shop.page_views.v1 events."""
-    return to_quarantine(bronze, schema=PAGE_VIEWS_V1)
+def to_silver_page_views(parsed: DataFrame) -> DataFrame:
+    """Valid page views, typed, with event date and lineage."""
+    return to_silver(parsed, schema=PAGE_VIEWS_V1)
 
 
-def to_quarantine_orders(bronze: DataFrame) -> DataFrame:
-    """Order records that are not valid shop.orders.v1 events."""
-    return to_quarantine(bronze, schema=ORDERS_V1)
+def to_silver_orders(parsed: DataFrame) -> DataFrame:
+    """Valid orders, typed, with event date, item count and lineage."""
+    return to_silver(parsed, schema=ORDERS_V1)

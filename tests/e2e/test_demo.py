@@ -38,13 +38,18 @@ def test_demo_runs_end_to_end_and_accounts_for_every_record(jars_dir, tmp_path):
     injected = re.search(r"this run injected (\d+) duplicates and (\d+) malformed records", out)
     assert injected, out
     duplicates, malformed = map(int, injected.groups())
-    rows = re.findall(r"^\s+(page_views|orders)\s+\|\s+(\d+)\s+\|\s+(\d+)\s+\|\s+(\d+)\s+\|\s+(\d+)\s+\|\s+(\w+)", out, re.M)
+    number = r"\s+\|\s+(\d+)"
+    rows = re.findall(r"^\s+(page_views|orders)" + number * 5 + r"\s+\|\s+(\w+)", out, re.M)
     assert {r[0] for r in rows} == {"page_views", "orders"}
-    counts = [tuple(map(int, r[1:5])) for r in rows]
+    counts = [tuple(map(int, r[1:6])) for r in rows]
     assert sum(c[0] for c in counts) == 600                       # bronze holds every record produced
-    assert all(b == s + q + d for b, s, q, d in counts)          # each layer balances
+    assert all(b == s + q + late + d for b, s, q, late, d in counts)  # each layer balances
     assert sum(c[2] for c in counts) == malformed                 # quarantine holds every malformed record
-    assert sum(c[3] for c in counts) == duplicates                # and silver dropped exactly the duplicates
+    assert sum(c[3] for c in counts) == 0                         # one catch-up batch: nothing is behind a watermark
+    assert sum(c[4] for c in counts) == duplicates                # and silver dropped exactly the duplicates
+    totals = [sum(c[i] for c in counts) for i in range(5)]
+    assert (f"balance: bronze {totals[0]} = silver {totals[1]} + quarantine {totals[2]} "
+            f"+ late arrivals {totals[3]} + duplicates {totals[4]}") in out
     assert "revenue_cents" in out and "gold_revenue_per_minute" in out
     assert "stopped the Kafka broker it started" in out
     assert not (tmp_path / "home" / "kafka" / "kafka.pid").exists()

@@ -25,9 +25,12 @@ from pyspark.testing import assertDataFrameEqual
 
 from streaming.transforms.bronze import to_bronze
 from streaming.transforms.gold import to_gold_page_views_per_product_minute, to_gold_revenue_per_minute
+from schemas.events import ORDERS_V1, PAGE_VIEWS_V1
 from streaming.transforms.silver import (
-    to_quarantine_orders,
-    to_quarantine_page_views,
+    parse_orders,
+    parse_page_views,
+    to_quarantine,
+    to_silver,
     to_silver_orders,
     to_silver_page_views,
 )
@@ -131,11 +134,29 @@ def test_bronze_keeps_every_row_and_coordinate(spark):
     assert bronze.where(F.col("ingested_at").isNull()).count() == 0
 
 
-# ---------------------------------------------------------------- quarantine
+# ---------------------------------------------------------------- parsing and quarantine
+
+PLAUSIBLE = {"event_time_floor": "2000-01-01T00:00:00Z", "max_event_time_ahead": "1 day"}
+
+
+def parsed(spark, topic: str, values: list[bytes | None], partition: int = 0):
+    parse = parse_orders if topic == ORDERS else parse_page_views
+    return parse(to_bronze(kafka_frame(spark, topic, values, partition)), **PLAUSIBLE)
+
+
+def quarantined(spark, topic: str, values: list[bytes | None], partition: int = 0):
+    schema = ORDERS_V1 if topic == ORDERS else PAGE_VIEWS_V1
+    return to_quarantine(parsed(spark, topic, values, partition), schema=schema)
+
+
+def with_(payload: dict, **changes) -> dict:
+    return {**payload, **changes}
+
 
 def test_quarantine_orders_gives_the_expected_reason_per_record(spark):
-    """Each crafted bad order lands in quarantine with its reason and detail; valid orders do not."""
+    """Each crafted bad order (the drill's poison pills included) gets its own reason and detail; valid ones pass."""
     good = order("e-0")
+    overflow = order("e-12", lines=[("p", 2, 4611686018427387904)], total=-4)
     values = [
         encode(good),                                                             # 0 valid
         encode(order("e-1"))[:40],                                                # 1 truncated
@@ -149,9 +170,27 @@ def test_quarantine_orders_gives_the_expected_reason_per_record(spark):
         b"",                                                                      # 9 empty value
         encode(order("e-10", lines=[])),                                          # 10 no lines
         encode(order("e-11", lines=[("p-0001", 1, -5)], total=-5)),               # 11 negative price
+        encode(overflow),                                                         # 12 quantity x price overflows
+        encode(with_(order("e-13"), customer_id=12345)),                          # 13 number for a string
+        encode(with_(order("e-14"), customer_id={"id": "c-1"})),                  # 14 object for a string
+        encode(order("e-15")) + b"garbage",                                       # 15 trailing bytes
+        encode(order("e-16")) + b" " + encode(order("e-16b")),                    # 16 two documents
+        encode(order("e-17")) + b"," + encode(order("e-17b")),                    # 17 two documents, a comma
+        encode(order("e-18", occurred_at="9999-12-31T23:59:59Z")),                # 18 far future
+        encode(order("e-19", occurred_at="1970-01-01T00:00:00.000Z")),            # 19 before the floor
+        encode(order("e-20", lines=[("p-0001", 2**40, 1)], total=2**40)),         # 20 quantity beyond int
+        encode(with_(order("e-21"), total_cents=2.5)),                            # 21 fraction for an integer
+        encode(with_(order("e-22"), lines=[{"product_id": "p", "quantity": "2", "unit_price_cents": 5}])),  # 22
+        b"[1,2]",                                                                 # 23 not an object
+        None,                                                                     # 24 tombstone
+        encode(order("e-25", sent_at="9999-12-31T23:59:59Z")),                    # 25 implausible send time
+        encode(with_(order("e-26"), coupon="SPRING")),                            # 26 unknown field: valid
+        encode(order("e-27")) + b"]x{}",                                          # 27 bytes after a closing bracket
+        encode(with_(order("e-28"), total_cents=10**30)),                         # 28 integer beyond long
+        b'{"event_id":"e-29","event_id":"again"}',                                # 29 repeated key
+        encode(order("e-30", occurred_at="2026-05-03T10:00:00.000Z")),            # 30 two days ahead of the broker
     ]
-    quarantine = to_quarantine_orders(to_bronze(kafka_frame(spark, ORDERS, values)))
-    assert reasons_by_offset(quarantine) == {
+    assert reasons_by_offset(quarantined(spark, ORDERS, values)) == {
         1: ("malformed_json", None),
         2: ("invalid_encoding", None),
         3: ("missing_field", "customer_id"),
@@ -159,18 +198,48 @@ def test_quarantine_orders_gives_the_expected_reason_per_record(spark):
         5: ("contract_violation", "total_matches_lines"),
         6: ("contract_violation", "quantity_positive"),
         7: ("contract_violation", "known_currency"),
-        9: ("malformed_json", None),
+        9: ("empty_value", None),
         10: ("contract_violation", "order_has_lines"),
         11: ("contract_violation", "price_not_negative"),
+        12: ("contract_violation", "amounts_in_range"),
+        13: ("wrong_type", "customer_id"),
+        14: ("wrong_type", "customer_id"),
+        15: ("trailing_data", None),
+        16: ("trailing_data", None),
+        17: ("trailing_data", None),
+        18: ("implausible_event_time", "occurred_at"),
+        19: ("implausible_event_time", "occurred_at"),
+        20: ("out_of_range", "lines"),
+        21: ("wrong_type", "total_cents"),
+        22: ("wrong_type", "lines"),
+        23: ("wrong_type", "$"),
+        24: ("empty_value", None),
+        25: ("implausible_timestamp", "sent_at"),
+        27: ("trailing_data", None),
+        28: ("out_of_range", "total_cents"),
+        29: ("malformed_json", None),
+        30: ("implausible_event_time", "occurred_at"),
     }
+
+
+def test_event_time_bounds_are_parameters(spark):
+    """The plausibility floor and how far ahead of the broker an event may be are the caller's to set."""
+    values = [encode(order("e-0", occurred_at="2026-05-01T12:00:00.000Z")),   # 2 h ahead of the broker
+              encode(order("e-1", occurred_at="2020-01-01T00:00:00.000Z"))]
+    bronze = to_bronze(kafka_frame(spark, ORDERS, values))
+    strict = parse_orders(bronze, event_time_floor="2021-01-01T00:00:00Z", max_event_time_ahead="1 hour")
+    assert reasons_by_offset(to_quarantine(strict, schema=ORDERS_V1)) == {
+        0: ("implausible_event_time", "occurred_at"),
+        1: ("implausible_event_time", "occurred_at"),
+    }
+    loose = parse_orders(bronze, event_time_floor="2000-01-01T00:00:00Z", max_event_time_ahead="3 hours")
+    assert to_quarantine(loose, schema=ORDERS_V1).count() == 0
 
 
 def test_quarantine_keeps_raw_bytes_and_coordinates(spark):
     """A quarantined record carries its original key, value bytes, headers, coordinates and schema name."""
     bad = b"\xff\xfe" + encode(order("e-1"))
-    rows = kafka_rows(ORDERS, [encode(order("e-0")), bad], partition=1)
-    quarantine = to_quarantine_orders(to_bronze(spark.createDataFrame(rows, KAFKA_SCHEMA)))
-    (row,) = quarantine.collect()
+    (row,) = quarantined(spark, ORDERS, [encode(order("e-0")), bad], partition=1).collect()
     assert (row["topic"], row["partition"], row["offset"]) == (ORDERS, 1, 1)
     assert bytes(row["key"]) == b"c-00001"
     assert bytes(row["value"]) == bad
@@ -191,23 +260,31 @@ def test_quarantine_page_views_gives_the_expected_reason_per_record(spark):
         b"\xff\xfe" + encode(page_view("v-6")),                                    # 6 not UTF-8
         encode(page_view("v-7", page_type="landing", product=None)),               # 7 unknown page type
         encode(without(page_view("v-8", page_type="cart", product=None), "product_id")),  # 8 valid, field absent
+        encode(page_view("v-9", occurred_at="9999-12-31T23:59:59Z")),              # 9 far future
+        encode(with_(page_view("v-10"), product_id=7)),                            # 10 number for a string
+        encode(page_view("v-11")) + b"{...}garbage",                               # 11 trailing bytes
     ]
-    quarantine = to_quarantine_page_views(to_bronze(kafka_frame(spark, PAGE_VIEWS, values)))
-    assert reasons_by_offset(quarantine) == {
+    assert reasons_by_offset(quarantined(spark, PAGE_VIEWS, values)) == {
         1: ("contract_violation", "product_page_has_product"),
         3: ("malformed_json", None),
         4: ("missing_field", "customer_id"),
         5: ("bad_timestamp", "occurred_at"),
         6: ("invalid_encoding", None),
         7: ("contract_violation", "known_page_type"),
+        9: ("implausible_event_time", "occurred_at"),
+        10: ("wrong_type", "product_id"),
+        11: ("trailing_data", None),
     }
 
 
-def test_wrongly_typed_field_is_a_missing_field(spark):
-    """A required field of the wrong JSON type is quarantined as missing_field."""
-    payload = {**order("e-1"), "total_cents": "a lot"}
-    quarantine = to_quarantine_orders(to_bronze(kafka_frame(spark, ORDERS, [encode(payload)])))
-    assert [r["reason"] for r in quarantine.collect()] == ["missing_field"]
+def test_every_record_is_either_valid_or_has_a_reason(spark):
+    """Parsing keeps every input row: silver rows plus quarantined rows equal the input, none in both."""
+    values = [encode(order(f"e-{i}")) for i in range(5)] + [b"{", b"", None, b"[]", b"null", b"1e999"]
+    frame = parsed(spark, ORDERS, values)
+    silver = to_silver(frame, schema=ORDERS_V1).select("offset").collect()
+    bad = to_quarantine(frame, schema=ORDERS_V1).select("offset").collect()
+    assert sorted([r.offset for r in silver] + [r.offset for r in bad]) == list(range(len(values)))
+    assert {r.offset for r in silver} == set(range(5))
 
 
 # ---------------------------------------------------------------- silver
@@ -247,53 +324,44 @@ SILVER_ORDER_COLUMNS = StructType([
 
 
 def expected_silver_orders(payloads: list[dict]) -> list[tuple]:
-    """One silver row per distinct event id, computed in plain Python from the JSON payloads."""
-    unique = {p["event_id"]: p for p in payloads}
+    """One silver row per payload, computed in plain Python from the JSON."""
     return [
         (p["event_id"], utc(p["occurred_at"]), p["order_id"], p["customer_id"], p["currency"],
          [(li["product_id"], li["quantity"], li["unit_price_cents"]) for li in p["lines"]], p["total_cents"],
          utc(p["occurred_at"]).date(), sum(li["quantity"] for li in p["lines"]))
-        for p in unique.values()
+        for p in payloads
     ]
 
 
-def test_silver_orders_are_typed_deduplicated_and_counted(spark, tmp_path):
-    """to_silver_orders (streaming) keeps one row per event id, types instants, adds event_date and item_count."""
+def test_silver_orders_are_typed_and_counted_in_a_stream(spark, tmp_path):
+    """Parsing and to_silver_orders (streaming) type instants, add event_date and item_count, keep lineage."""
     first = order("e-1", occurred_at="2026-05-01T23:59:59.500Z", lines=[("p-0001", 2, 150), ("p-0002", 3, 999)])
-    retry = {**first, "sent_at": "2026-05-01T23:59:59.900Z"}     # a producer retry: same event, later send
     second = order("e-2", occurred_at="2026-05-02T00:00:00.000Z", currency="USD", lines=[("p-0009", 1, 4200)])
-    values = [encode(first), encode(retry), encode(order("bad", currency="XXX")), encode(second)]
+    values = [encode(first), encode(order("bad", currency="XXX")), encode(with_(second, coupon="X"))]
     silver = run_stream(spark, tmp_path, kafka_rows(ORDERS, values),
-                        lambda bronze: to_silver_orders(bronze, dedup_watermark="1 hour"))
+                        lambda bronze: to_silver_orders(parse_orders(bronze, **PLAUSIBLE)))
 
     types = {f.name: f.dataType for f in silver.schema.fields}
     assert types["occurred_at"] == TimestampType()
     assert types["sent_at"] == TimestampType()
     assert types["event_date"] == DateType()
     assert types["item_count"] == IntegerType()
+    assert "coupon" not in types and "reason" not in types   # unknown fields stay out of silver
     for lineage in ("topic", "partition", "offset", "appended_at", "ingested_at"):
         assert lineage in types
 
-    expected = expected_silver_orders([first, retry, second])
+    expected = expected_silver_orders([first, second])
     assertDataFrameEqual(silver.select(*SILVER_ORDER_COLUMNS.fieldNames()),
                          spark.createDataFrame(expected, SILVER_ORDER_COLUMNS))
     assert sorted(row[7] for row in expected) == [date(2026, 5, 1), date(2026, 5, 2)]
-
-    kept = {r["event_id"]: r for r in silver.collect()}
-    # Either copy may win, but the kept row's lineage and send time belong to the same copy.
-    assert (kept["e-1"]["offset"], kept["e-1"]["sent_at"]) in {
-        (0, datetime(2026, 5, 1, 10, 0, 1)),
-        (1, datetime(2026, 5, 1, 23, 59, 59, 900000)),
-    }
-    assert (kept["e-2"]["offset"], kept["e-2"]["sent_at"]) == (3, datetime(2026, 5, 1, 10, 0, 1))
+    assert {r["event_id"]: r["offset"] for r in silver.collect()} == {"e-1": 0, "e-2": 2}
 
 
 def test_silver_orders_on_a_static_frame(spark):
-    """to_silver_orders also works on a static (batch) frame: one row per event id, with item_count."""
+    """Parsing and to_silver_orders also work on a static (batch) frame."""
     first = order("e-1", lines=[("p-0001", 2, 150), ("p-0002", 3, 999)])
     second = order("e-2", currency="USD", lines=[("p-0009", 1, 4200)])
-    values = [encode(first), encode(first), encode(second)]
-    silver = to_silver_orders(to_bronze(kafka_frame(spark, ORDERS, values)), dedup_watermark="1 hour")
+    silver = to_silver_orders(parsed(spark, ORDERS, [encode(first), encode(second)]))
     try:
         silver.collect()
     except AnalysisException as exc:
@@ -303,17 +371,16 @@ def test_silver_orders_on_a_static_frame(spark):
                          spark.createDataFrame(expected, SILVER_ORDER_COLUMNS))
 
 
-def test_silver_page_views_drop_invalid_and_duplicate_events(spark, tmp_path):
-    """to_silver_page_views (streaming) keeps valid page views once each and none of the quarantined ones."""
+def test_silver_page_views_keep_valid_events_only(spark, tmp_path):
+    """Parsing and to_silver_page_views (streaming) keep the valid page views and none of the quarantined ones."""
     values = [
-        encode(page_view("v-1")),
         encode(page_view("v-1")),
         encode(page_view("v-2", page_type="home", product=None)),
         encode(page_view("v-3", product=None)),
         b"{",
     ]
     silver = run_stream(spark, tmp_path, kafka_rows(PAGE_VIEWS, values),
-                        lambda bronze: to_silver_page_views(bronze, dedup_watermark="1 hour"))
+                        lambda bronze: to_silver_page_views(parse_page_views(bronze, **PLAUSIBLE)))
     rows = silver.select("event_id", "page_type", "product_id", "event_date").collect()
     assert sorted(tuple(r) for r in rows) == [
         ("v-1", "product", "p-0001", date(2026, 5, 1)),

@@ -1,0 +1,181 @@
+"""Silver's per-micro-batch step: one parsed batch is split into silver, quarantine and late arrivals, once.
+
+The streaming lane passes a `SilverWriter` to foreachBatch; the batch lane calls it directly. Within a
+batch every record goes to exactly one place:
+
+- quarantine: it failed parsing or its contract (`reason` is set);
+- late_arrivals: it is valid but its event time is behind the dedup watermark, the newest event time
+  silver has accepted before this batch minus the dedup delay: silver no longer remembers which ids it
+  has seen that far back, so it cannot tell a duplicate from a new event. The batch lane folds these in;
+- dropped as a duplicate: its event id is already in silver (within the watermark) or earlier in the batch;
+- silver: the rest.
+
+Spark's own `dropDuplicatesWithinWatermark` drops the late rows with only a counter, which is why this
+step keeps its own watermark. It is derived from silver itself (max event time at start, then from each
+batch it writes), and silver is written last in each batch, so a batch replayed after a crash sees the
+watermark it saw the first time. Each table is appended with Delta's (txnAppId, txnVersion), so a
+replayed batch is never written twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from delta.tables import DeltaTable
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from schemas.events import EventSchema
+from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
+from streaming.sinks import append_once
+from streaming.transforms.silver import to_quarantine, to_silver
+
+log = logging.getLogger(__name__)
+
+_UNSET = object()
+
+
+@dataclass
+class SilverBatchStats:
+    """What the writer did over the life of one query, for the asset's metadata."""
+
+    batches: int = 0
+    input_rows: int = 0
+    silver: int = 0
+    quarantined: int = 0
+    late: int = 0
+    duplicates: int = 0
+    watermark_micros: int | None = None
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def watermark(self) -> str | None:
+        if self.watermark_micros is None:
+            return None
+        return datetime.fromtimestamp(self.watermark_micros / 1e6, tz=timezone.utc).isoformat()
+
+
+def to_late_arrivals(valid: DataFrame, *, flow: str, table: str, event_time: str, watermark_micros: int) -> DataFrame:
+    """Valid events behind a flow's watermark: the flow and table that refused them, how late, where they are in Kafka."""
+    return valid.select(
+        F.lit(flow).alias("flow"),
+        F.lit(table).alias("table"),
+        "event_id",
+        F.col(event_time).alias("event_time"),
+        F.timestamp_micros(F.lit(watermark_micros)).alias("watermark"),
+        ((F.lit(watermark_micros) - F.unix_micros(event_time)) / 1000).cast("long").alias("lateness_ms"),
+        "topic",
+        "partition",
+        "offset",
+        "appended_at",
+        "ingested_at",
+        F.current_timestamp().alias("recorded_at"),
+    )
+
+
+class SilverWriter:
+    """A `(parsed_batch, batch_id)` function that writes one parsed micro-batch to silver, quarantine and late arrivals."""
+
+    def __init__(
+        self, *, flow: str, schema: EventSchema, silver: TableSpec, lake_root: str, dedup_delay_micros: int,
+        app_id: str,
+    ):
+        self.flow = flow
+        self.schema = schema
+        self.silver = silver
+        self.silver_path = silver.path(lake_root)
+        self.quarantine_path = QUARANTINE.path(lake_root)
+        self.late_path = LATE_ARRIVALS.path(lake_root)
+        self.delay = dedup_delay_micros
+        self.app_id = app_id
+        self.stats = SilverBatchStats()
+        self._max_micros: object = _UNSET
+
+    def _silver_max_micros(self, spark: SparkSession) -> int | None:
+        """The newest event time silver holds: where the watermark stood when this query started."""
+        if not DeltaTable.isDeltaTable(spark, self.silver_path):
+            return None
+        row = spark.read.format("delta").load(self.silver_path).agg(F.max(F.unix_micros(self.schema.event_time))).first()
+        return row[0]
+
+    def __call__(self, parsed: DataFrame, batch_id: int) -> None:
+        spark = parsed.sparkSession
+        if self._max_micros is _UNSET:
+            self._max_micros = self._silver_max_micros(spark)
+        max_micros = self._max_micros
+        watermark = None if max_micros is None else max_micros - self.delay
+        event_time = F.col(self.schema.event_time)
+        is_late = F.lit(False) if watermark is None else F.unix_micros(event_time) < watermark
+
+        parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            counts = parsed.groupBy(F.coalesce("reason", F.when(is_late, "_late").otherwise("_valid")).alias("k")).count()
+            by_kind = {row["k"]: row["count"] for row in counts.collect()}
+            n_late = by_kind.pop("_late", 0)
+            n_valid = by_kind.pop("_valid", 0)
+            n_quarantined = sum(by_kind.values())
+            valid = to_silver(parsed, schema=self.schema)
+
+            if n_quarantined:
+                append_once(to_quarantine(parsed, schema=self.schema), self.quarantine_path,
+                            app_id=f"{self.app_id}-quarantine", batch_id=batch_id)
+            if n_late:
+                late = to_late_arrivals(valid.where(is_late), flow=self.flow, table=self.silver.name,
+                                        event_time=self.schema.event_time, watermark_micros=watermark)
+                append_once(late, self.late_path, app_id=f"{self.app_id}-late", batch_id=batch_id)
+            n_new, new_max = 0, None
+            if n_valid:
+                fresh = self._first_copies(valid.where(~is_late))
+                if watermark is not None:
+                    fresh = self._not_in_silver(spark, fresh, watermark)
+                fresh = fresh.persist(StorageLevel.MEMORY_AND_DISK)
+                try:
+                    n_new, new_max = fresh.agg(F.count(F.lit(1)), F.max(F.unix_micros(event_time))).first()
+                    if n_new:
+                        # Written last: see the module docstring for why the order matters.
+                        append_once(fresh, self.silver_path, app_id=self.app_id, batch_id=batch_id,
+                                    partition_by=self.silver.partition_by)
+                finally:
+                    fresh.unpersist()
+        finally:
+            parsed.unpersist()
+
+        if new_max is not None:
+            self._max_micros = new_max if max_micros is None else max(max_micros, new_max)
+        rows = n_quarantined + n_late + n_valid
+        stats = self.stats
+        stats.batches += 1
+        stats.input_rows += rows
+        stats.quarantined += n_quarantined
+        stats.late += n_late
+        stats.silver += n_new
+        stats.duplicates += n_valid - n_new
+        stats.watermark_micros = watermark
+        for reason, n in by_kind.items():
+            stats.reasons[reason] = stats.reasons.get(reason, 0) + n
+        if n_late:
+            log.warning("flow %s: %d events behind the watermark %s went to late_arrivals",
+                        self.flow, n_late, stats.watermark)
+
+    def _first_copies(self, valid: DataFrame) -> DataFrame:
+        """One row per event id: the copy at the lowest Kafka coordinates, so a replay picks the same one."""
+        columns = valid.columns
+        first = valid.groupBy("event_id").agg(
+            F.min_by(F.struct(*columns), F.struct("topic", "partition", "offset")).alias("_row")
+        )
+        return first.select("_row.*")
+
+    def _not_in_silver(self, spark: SparkSession, fresh: DataFrame, watermark: int) -> DataFrame:
+        """Rows whose event id silver does not already hold; only partitions within the watermark are read."""
+        if not DeltaTable.isDeltaTable(spark, self.silver_path):
+            return fresh
+        since = datetime.fromtimestamp(watermark / 1e6, tz=timezone.utc).date()
+        seen = (
+            spark.read.format("delta").load(self.silver_path)
+            .where(F.col("event_date") >= F.lit(since))
+            .select("event_id")
+        )
+        return fresh.join(seen, "event_id", "left_anti")
