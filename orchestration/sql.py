@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from numbers import Number
 from typing import Any, Sequence
 
@@ -38,8 +39,46 @@ def explain_sql_error(exc: PySparkException, tables: Sequence[str]) -> str:
     return first.split(" SQLSTATE")[0].rstrip(". ") + "."
 
 
+# Commands that only read: describing and listing tables, explaining a plan, a Delta table's history.
+_READ_ONLY_COMMANDS = {
+    "DescribeRelation", "DescribeColumn", "DescribeNamespace", "DescribeFunction", "ShowTables", "ShowViews",
+    "ShowColumns", "ShowFunctions", "ShowNamespaces", "ShowTableProperties", "ExplainCommand",
+    "DescribeDeltaHistory", "DescribeDeltaDetailCommand",
+}
+# Statements that write without being a Spark `Command` (parsed statements resolved later).
+_WRITES = re.compile(r"Insert|Restore|Clone|Convert|Merge|Delete|Update|Write|Drop|Create|Alter|Truncate|Vacuum|Optimize|Reorg")
+# Functions that call arbitrary JVM methods: a query must not reach outside the tables.
+_JVM_CALLS = re.compile(r"'(try_)?(reflect|java_method)\(", re.IGNORECASE)
+
+
+def refuse_writes(spark: SparkSession, query: str) -> None:
+    """Raise SqlError if the statement would change anything; a query that cannot be parsed is left to Spark."""
+    try:
+        plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(query)
+    except Exception:  # noqa: BLE001 - a syntax error: running it gives the user Spark's own explanation
+        return
+    command = spark._jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.Command")
+    nodes = [plan]
+    while nodes:
+        node = nodes.pop()
+        name = node.getClass().getSimpleName()
+        if name in _READ_ONLY_COMMANDS:
+            continue
+        if command.isInstance(node) or _WRITES.search(name):
+            verb = query.split(None, 1)[0].upper() if query.split() else name
+            raise SqlError(
+                f"lakehouse sql is read-only and this {verb} statement would change the lake; tables are written "
+                "only by their flows, backfills and maintenance commands."
+            )
+        children = node.children()
+        nodes.extend(children.apply(i) for i in range(children.size()))
+    if _JVM_CALLS.search(plan.treeString()):
+        raise SqlError("lakehouse sql does not run reflect or java_method: a query may only read the tables.")
+
+
 def run_sql(spark: SparkSession, lake_root: str, query: str, limit: int = 100) -> tuple[list[str], list[tuple[Any, ...]], bool]:
     """(columns, rows, truncated) of a query over the registered tables."""
+    refuse_writes(spark, query)
     tables = register_tables(spark, lake_root)
     try:
         df = spark.sql(query)
