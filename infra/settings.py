@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -39,8 +41,89 @@ def _parse_conf(text: str) -> dict[str, str]:
     return conf
 
 
-def _setting(default: Any, help: str, parse: Callable[[str], Any] | None = None) -> Any:
-    meta = {"help": help, "parse": parse}
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def _parse_bool(text: str) -> bool:
+    try:
+        return _BOOLEANS[text.strip().lower()]
+    except KeyError:
+        raise ValueError(text) from None
+
+
+def parse_instant(text: str) -> datetime:
+    """An ISO-8601 instant with a zone (Z or an offset), e.g. 2000-01-01T00:00:00Z."""
+    ts = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if ts.tzinfo is None:
+        raise ValueError(f"{text!r} has no zone")
+    return ts
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How a setting's text becomes a value, and which values it allows (told to the user when refused)."""
+
+    allowed: str
+    parse: Callable[[str], Any] = str.strip
+    check: Callable[[Any], bool] = lambda value: True
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _integer(low: int, high: int, note: str = "") -> Rule:
+    return Rule(f"use an integer from {low}{note} to {high}", int, lambda v: _is_int(v) and low <= v <= high)
+
+
+def _matching(pattern: str, allowed: str, flags: int = 0) -> Rule:
+    regex = re.compile(pattern, flags)
+    return Rule(allowed, check=lambda v: isinstance(v, str) and regex.fullmatch(v) is not None)
+
+
+_HOST = r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]"
+_PORT = r"(?:6553[0-5]|655[0-2]\d|65[0-4]\d\d|6[0-4]\d{3}|[1-5]\d{4}|[1-9]\d{0,3})"  # 1-65535
+_HOST_PORTS = rf"(?:{_HOST}):{_PORT}(?:,(?:{_HOST}):{_PORT})*"
+_DURATION_PART = r"[1-9]\d* (?:second|minute|hour|day)s?"
+
+
+def _is_instant(value: Any) -> bool:
+    try:
+        parse_instant(value)
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return True
+
+
+def _is_conf(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and k.startswith("spark.") and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, str) and not any(c in value for c in "\0\n")
+
+
+PATH = Rule("use a folder or file path", check=lambda v: _is_path(v) and v != "")
+OPTIONAL_PATH = Rule("use a file path, or nothing for the default", check=_is_path)
+PORT = _integer(1, 65535)
+BOOLEAN = Rule("use true, false, yes, no, 1 or 0", _parse_bool, lambda v: isinstance(v, bool))
+DURATION = _matching(rf"{_DURATION_PART}(?: {_DURATION_PART})*",
+                     'use a Spark interval such as "30 seconds", "10 minutes", "1 hour" or "1 day 12 hours"', re.I)
+MEMORY = _matching(r"[1-9]\d*[kmgt]", "use a size such as 512m or 2g (k, m, g or t)", re.I)
+INSTANT = Rule("use an ISO-8601 instant with a zone such as 2000-01-01T00:00:00Z", check=_is_instant)
+SPARK_MASTER = _matching(
+    rf"local|local\[(?:\*|[1-9]\d*)(?:,[1-9]\d*)?\]|spark://{_HOST_PORTS}|yarn|k8s://\S+",
+    "use local, local[N], local[*], local[N,M], spark://host:port[,host:port], yarn or k8s://...",
+)
+BOOTSTRAP = _matching(_HOST_PORTS, "use host:port or a comma list of them, ports 1-65535")
+HOST = _matching(_HOST, "use a host name or an IP address")
+SPARK_CONF = Rule("write it as key=value;key=value with spark.* keys", _parse_conf, _is_conf)
+
+
+def _setting(default: Any, help: str, rule: Rule) -> Any:
+    meta = {"help": help, "rule": rule}
     if callable(default):  # a factory: the home folder, or an empty dict
         return field(default_factory=default, metadata=meta)
     return field(default=default, metadata=meta)
@@ -57,33 +140,59 @@ _DERIVED = {
 }
 
 
+def _variable(name: str) -> str:
+    return PREFIX + name.upper()
+
+
+def _shown(value: Any) -> str:
+    """A value as an error message quotes it (Spark settings by key only: values may be secrets)."""
+    if isinstance(value, Mapping):
+        return repr(";".join(f"{k}=..." for k in value))
+    return repr(value)
+
+
+def _check(f: dataclasses.Field, value: Any) -> None:
+    rule: Rule = f.metadata["rule"]
+    if not rule.check(value):
+        raise SettingsError(f"{_variable(f.name)}={_shown(value)} is not valid; {rule.allowed}.")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every address, path and size the lakehouse uses; defaults run everything on one machine."""
 
-    home: str = _setting(_default_home, "State folder: jars, broker data, lake, Dagster home, logs.")
-    lake_root: str = _setting("", "Root of all Delta tables: a folder or an object-store URI (s3a://...).")
-    jars_dir: str = _setting("", "Where Maven puts the JVM jars.")
-    dagster_home: str = _setting("", "DAGSTER_HOME for the UI and daemon.")
-    log_dir: str = _setting("", "Logs of the broker, Spark and the main job.")
-    maven_settings: str = _setting("", "Maven settings file for `lakehouse setup` (e.g. a company mirror).")
+    home: str = _setting(_default_home, "State folder: jars, broker data, lake, Dagster home, logs.", PATH)
+    lake_root: str = _setting("", "Root of all Delta tables: a folder or an object-store URI (s3a://...).", PATH)
+    jars_dir: str = _setting("", "Where Maven puts the JVM jars.", PATH)
+    dagster_home: str = _setting("", "DAGSTER_HOME for the UI and daemon.", PATH)
+    log_dir: str = _setting("", "Logs of the broker, Spark and the main job.", PATH)
+    maven_settings: str = _setting("", "Maven settings file for `lakehouse setup` (e.g. a company mirror).", OPTIONAL_PATH)
 
-    kafka_bootstrap: str = _setting("", "Kafka bootstrap servers the pipeline uses.")
-    kafka_host: str = _setting("127.0.0.1", "Address the embedded broker listens on.")
-    kafka_port: int = _setting(9092, "Client port of the embedded broker.", int)
-    kafka_controller_port: int = _setting(9093, "KRaft controller port of the embedded broker.", int)
-    kafka_heap: str = _setting("512m", "JVM heap of the embedded broker.")
-    kafka_replication_factor: int = _setting(1, "Replication factor for new topics (3 on a three-broker cluster).", int)
+    kafka_bootstrap: str = _setting("", "Kafka bootstrap servers the pipeline uses.", BOOTSTRAP)
+    kafka_host: str = _setting("127.0.0.1", "Address the embedded broker listens on.", HOST)
+    kafka_port: int = _setting(9092, "Client port of the embedded broker.", PORT)
+    kafka_controller_port: int = _setting(9093, "KRaft controller port of the embedded broker.", PORT)
+    kafka_heap: str = _setting("512m", "JVM heap of the embedded broker.", MEMORY)
+    kafka_replication_factor: int = _setting(
+        1, "Replication factor for new topics (3 on a three-broker cluster).", _integer(1, 32767))
 
-    spark_master: str = _setting("local[*]", "Spark master: local[*] or spark://host:7077.")
-    spark_driver_memory: str = _setting("2g", "Spark driver memory.")
-    spark_shuffle_partitions: int = _setting(4, "spark.sql.shuffle.partitions (small on one machine).", int)
-    spark_ui: bool = _setting(False, "Start the Spark web UI (port 4040) with each session.", lambda v: v.lower() in ("1", "true", "yes"))
-    spark_conf: Mapping[str, str] = _setting(dict, "Extra Spark settings, key=value;key=value (e.g. spark.hadoop.fs.s3a.endpoint=...).", _parse_conf)
+    spark_master: str = _setting("local[*]", "Spark master: local[*] or spark://host:7077.", SPARK_MASTER)
+    spark_driver_memory: str = _setting("2g", "Spark driver memory.", MEMORY)
+    spark_shuffle_partitions: int = _setting(
+        4, "spark.sql.shuffle.partitions (small on one machine).", _integer(1, 100000))
+    spark_ui: bool = _setting(False, "Start the Spark web UI (port 4040) with each session.", BOOLEAN)
+    spark_conf: Mapping[str, str] = _setting(
+        dict, "Extra Spark settings, key=value;key=value (e.g. spark.hadoop.fs.s3a.endpoint=...).", SPARK_CONF)
 
-    max_offsets_per_trigger: int = _setting(0, "Cap on Kafka records per micro-batch; 0 means no cap.", int)
-    silver_dedup_watermark: str = _setting("1 hour", "How long silver remembers event ids to drop duplicates.")
-    gold_watermark: str = _setting("10 minutes", "How late an event may be and still count in gold windows.")
+    max_offsets_per_trigger: int = _setting(
+        0, "Cap on Kafka records per micro-batch; 0 means no cap.", _integer(0, 1_000_000_000, " (no cap)"))
+    silver_dedup_watermark: str = _setting("1 hour", "How long silver remembers event ids to drop duplicates.", DURATION)
+    gold_watermark: str = _setting("10 minutes", "How late an event may be and still count in gold windows.", DURATION)
+    event_time_max_ahead: str = _setting(
+        "1 day", "How far an event time may be ahead of the broker's append time before it is quarantined as implausible.",
+        DURATION)
+    event_time_floor: str = _setting(
+        "2000-01-01T00:00:00Z", "Event times before this ISO-8601 instant are quarantined as implausible.", INSTANT)
 
     def __post_init__(self) -> None:
         home = self.home
@@ -94,13 +203,13 @@ class Settings:
             "log_dir": f"{home}/logs",
             "kafka_bootstrap": f"{self.kafka_host}:{self.kafka_port}",
         }
-        for name, value in defaults.items():
-            if not getattr(self, name):
-                object.__setattr__(self, name, value)
-        for port_name in ("kafka_port", "kafka_controller_port"):
-            port = getattr(self, port_name)
-            if not 0 < port < 65536:
-                raise SettingsError(f"{PREFIX}{port_name.upper()}={port} is not a TCP port; use 1-65535.")
+        unset = {name for name in defaults if not getattr(self, name)}
+        # Check what was given before deriving the rest, so a bad port is named as such, not as a bad bootstrap.
+        for f in dataclasses.fields(self):
+            if f.name not in unset:
+                _check(f, getattr(self, f.name))
+        for name in unset:
+            object.__setattr__(self, name, defaults[name])
         if self.kafka_port == self.kafka_controller_port:
             raise SettingsError(
                 f"{PREFIX}KAFKA_PORT and {PREFIX}KAFKA_CONTROLLER_PORT are both {self.kafka_port}; give them different ports."
@@ -112,16 +221,16 @@ class Settings:
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
-            raw = env.get(PREFIX + f.name.upper())
+            raw = env.get(_variable(f.name))
             if raw is None or raw == "":
                 continue
-            parse = f.metadata.get("parse")
+            rule: Rule = f.metadata["rule"]
             try:
-                values[f.name] = parse(raw) if parse else raw
-            except ValueError as exc:
-                if isinstance(exc, SettingsError):
-                    raise
-                raise SettingsError(f"{PREFIX}{f.name.upper()}={raw!r} is not valid: {exc}.") from None
+                values[f.name] = rule.parse(raw)
+            except SettingsError:
+                raise
+            except ValueError:
+                raise SettingsError(f"{_variable(f.name)}={raw!r} is not valid; {rule.allowed}.") from None
         values.update(overrides)
         return cls(**values)
 
@@ -142,5 +251,5 @@ class Settings:
                 default = "<checkout>/.lakehouse"
             else:
                 default = "(none)"
-            rows.append((PREFIX + f.name.upper(), default, f.metadata["help"]))
+            rows.append((_variable(f.name), default, f.metadata["help"]))
         return rows

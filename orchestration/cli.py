@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -11,9 +12,11 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from infra.settings import Settings, SettingsError
+from infra.settings import HOST, Settings, SettingsError
 
 log = logging.getLogger("lakehouse")
+
+MAX_RECORDS = 100_000_000  # per produce or demo run: beyond it a typo is likelier than intent
 
 DESCRIPTION = """\
 A streaming lakehouse: Kafka topics feed Spark Structured Streaming jobs that write
@@ -177,6 +180,47 @@ def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- parser
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one sentence, like every other user error of the command."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"error: {message} (see `{self.prog} --help`).\n")
+
+
+def _integer(low: int, high: int):
+    """An argparse type: an integer from low to high."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer from {low} to {high}")
+        return value
+    return parse
+
+
+def _number(low: float, high: float, *, low_included: bool = True, what: str = "a number"):
+    """An argparse type: a finite number in a range (the low end included or not)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        above_low = value >= low if low_included else value > low
+        if not (above_low and value <= high):  # NaN fails both comparisons
+            bound = f"from {low:.10g} to" if low_included else f"above {low:.10g} and at most"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} {bound} {high:.10g}")
+        return value
+    return parse
+
+
+def _host(text: str) -> str:
+    if not HOST.check(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a host name or an IP address")
+    return text
+
+
 def _instant(text: str) -> datetime:
     """An ISO-8601 instant from the command line; UTC when no offset is given."""
     try:
@@ -188,14 +232,15 @@ def _instant(text: str) -> datetime:
 
 def _add_mix(p: argparse.ArgumentParser, malformed: float, duplicates: float, late: float, out_of_order: float) -> None:
     g = p.add_argument_group("faults injected on purpose (shares of all records, 0..1)")
-    g.add_argument("--malformed", type=float, default=malformed, help=f"records that must end in quarantine (default {malformed})")
-    g.add_argument("--duplicates", type=float, default=duplicates, help=f"re-sent copies of recent events (default {duplicates})")
-    g.add_argument("--late", type=float, default=late, help=f"events stamped 15-40 minutes in the past (default {late})")
-    g.add_argument("--out-of-order", type=float, default=out_of_order, help=f"events stamped up to 45s early (default {out_of_order})")
+    share = _number(0, 1, what="a share")
+    g.add_argument("--malformed", type=share, default=malformed, help=f"records that must end in quarantine (default {malformed})")
+    g.add_argument("--duplicates", type=share, default=duplicates, help=f"re-sent copies of recent events (default {duplicates})")
+    g.add_argument("--late", type=share, default=late, help=f"events stamped 15-40 minutes in the past (default {late})")
+    g.add_argument("--out-of-order", type=share, default=out_of_order, help=f"events stamped up to 45s early (default {out_of_order})")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lakehouse", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="lakehouse", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="show debug logs on the terminal")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -216,11 +261,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("produce", help="send deterministic shop events (page views, orders) to Kafka",
                        description="A seeded generator: the same seed and start give the same events. Keys are customer ids, "
                                    "so one customer's events stay in order in one partition. Idempotent producer, acks=all.")
-    p.add_argument("--count", type=int, default=1000, help="records to send (default 1000)")
-    p.add_argument("--rate", type=float, default=0.0, help="records per second of wall time; 0 sends as fast as possible (default)")
+    p.add_argument("--count", type=_integer(1, MAX_RECORDS), default=1000, help="records to send (default 1000)")
+    p.add_argument("--rate", type=_number(0, 1e7), default=0.0,
+                   help="records per second of wall time; 0 sends as fast as possible (default)")
     p.add_argument("--seed", type=int, default=7, help="generator seed (default 7)")
     p.add_argument("--start", type=_instant, help="event time of the first event, ISO-8601 (default: now)")
-    p.add_argument("--event-rate", type=float, default=20.0, help="events per second of event time (default 20)")
+    p.add_argument("--event-rate", type=_number(0, 1e7, low_included=False), default=20.0,
+                   help="events per second of event time (default 20)")
     _add_mix(p, 0.02, 0.02, 0.01, 0.03)
     p.set_defaults(fn=cmd_produce)
 
@@ -234,21 +281,21 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Tables: bronze_*, silver_*, quarantine, gold_*. Example: "
                                    "lakehouse sql \"SELECT currency, sum(revenue_cents) FROM gold_revenue_per_minute GROUP BY 1\"")
     p.add_argument("query")
-    p.add_argument("--limit", type=int, default=100, help="rows to print at most (default 100)")
+    p.add_argument("--limit", type=_integer(1, 1_000_000), default=100, help="rows to print at most (default 100)")
     p.set_defaults(fn=cmd_sql)
 
     p = sub.add_parser("ui", help="start the Dagster UI and daemon (dagster dev) on the project's DAGSTER_HOME",
                        description="Runs `dagster dev -m orchestration.definitions` with DAGSTER_HOME=<home>/dagster, the "
                                    "instance `lakehouse demo` and `lakehouse run` record their runs in. Ctrl-C stops it.")
-    p.add_argument("--host", default="127.0.0.1", help="address to serve the UI on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=3000, help="port to serve the UI on (default 3000)")
+    p.add_argument("--host", type=_host, default="127.0.0.1", help="address to serve the UI on (default 127.0.0.1)")
+    p.add_argument("--port", type=_integer(1, 65535), default=3000, help="port to serve the UI on (default 3000)")
     p.set_defaults(fn=cmd_ui)
 
     p = sub.add_parser("demo", help="the main job: broker, topics, events with faults, every asset, a gold query, counts",
                        description="Sets up what is missing, starts the broker, creates topics, produces events (some bad, "
                                    "late and duplicated), materializes every asset, queries gold, prints counts per layer, "
                                    "and stops the broker it started unless --keep-running.")
-    p.add_argument("--events", type=int, default=5000, help="records to produce (default 5000)")
+    p.add_argument("--events", type=_integer(1, MAX_RECORDS), default=5000, help="records to produce (default 5000)")
     p.add_argument("--seed", type=int, help="generator seed (default: from the clock, printed)")
     p.add_argument("--keep-running", action="store_true", help="leave the broker running afterwards")
     _add_mix(p, 0.02, 0.02, 0.01, 0.03)
@@ -275,7 +322,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
     try:
         settings = Settings.from_env()
         _setup_logging(settings, args.verbose, quiet=args.command in ("demo", "sql"))

@@ -137,3 +137,21 @@ def test_two_default_produce_runs_send_disjoint_ids(broker):
     assert len(first_events) > 30 and len(second_events) > 30
     assert first_events.isdisjoint(second_events)
     assert first_orders.isdisjoint(second_orders)
+
+
+@pytest.mark.parametrize(
+    "args, env, expected",
+    [
+        (("sql", "SELECT 1"), {"LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "-1"},
+         "error: LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS=-1 is not valid; use an integer from 1 to"),
+        (("ui", "--port", "99999"), {}, "error: argument --port: '99999' is not an integer from 1 to 65535"),
+    ],
+)
+def test_a_bad_setting_or_option_is_one_line_and_exit_2(tmp_path, args, env, expected):
+    """A bad setting or option, as a user types it, exits 2 with one line on stderr and nothing started."""
+    environ = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), **env}
+    proc = subprocess.run([str(LAKEHOUSE), *args], env=environ, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.splitlines() == [proc.stderr.strip()], proc.stderr[-2000:]
+    assert proc.stderr.startswith(expected), proc.stderr
+    assert proc.stdout == ""

@@ -70,11 +70,12 @@ def test_produce_help_documents_the_fault_options(capsys):
 
 
 def test_missing_subcommand_is_a_usage_error(capsys):
-    """Running with no subcommand exits 2 with a usage message."""
+    """Running with no subcommand exits 2 with one line that points at --help."""
     with pytest.raises(SystemExit) as caught:
         cli.build_parser().parse_args([])
     assert caught.value.code == 2
-    assert "usage: lakehouse" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "`lakehouse --help`" in err and len(err.splitlines()) == 1
 
 
 def test_settings_with_a_bad_port_prints_one_error_line(clean_env, capsys):
@@ -115,7 +116,7 @@ def test_produce_with_an_invalid_share_fails_before_touching_kafka(clean_env, ca
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1, captured.err
     assert lines[0].startswith("error:")
-    assert "malformed" in lines[0] and "between 0 and 1" in lines[0]
+    assert "--malformed" in lines[0] and "'2'" in lines[0] and "from 0 to 1" in lines[0]
     assert "Traceback" not in captured.err
     assert attempts == []
 
@@ -127,3 +128,46 @@ def test_sql_with_a_missing_table_prints_one_error_line(clean_env, capfd, spark)
     lines = captured.err.strip().splitlines()
     assert lines and lines[-1].startswith("error:") and "no_such_table_cli" in lines[-1]
     assert len(lines) == 1, f"{len(captured.err)} characters on stderr:\n{captured.err[:500]}"
+
+
+@pytest.mark.parametrize(
+    "argv, named, allowed",
+    [
+        (["produce", "--count", "-5"], "--count: '-5'", "integer from 1 to"),
+        (["produce", "--count", "ten"], "--count: 'ten'", "integer from 1 to"),
+        (["produce", "--rate", "-1"], "--rate: '-1'", "number from 0 to"),
+        (["produce", "--rate", "inf"], "--rate: 'inf'", "number from 0 to"),
+        (["produce", "--event-rate", "0"], "--event-rate: '0'", "above 0"),
+        (["produce", "--late", "nan"], "--late: 'nan'", "share from 0 to 1"),
+        (["produce", "--duplicates", "0.6", "--malformed", "0.6"], "duplicate and malformed", "more than 1"),
+        (["sql", "SELECT 1", "--limit", "-1"], "--limit: '-1'", "integer from 1 to"),
+        (["ui", "--port", "99999"], "--port: '99999'", "integer from 1 to 65535"),
+        (["ui", "--host", "no such host"], "--host: 'no such host'", "host name or an IP address"),
+        (["demo", "--events", "0"], "--events: '0'", "integer from 1 to"),
+    ],
+)
+def test_a_bad_option_is_one_sentence_naming_option_value_and_range(clean_env, capsys, argv, named, allowed):
+    """Each bad option value makes `lakehouse` return 2 with one `error:` line, before any work is done."""
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("error:") and named in lines[0] and allowed in lines[0], lines[0]
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    "variable, value",
+    [
+        ("LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS", "-1"),
+        ("LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER", "-3"),
+        ("LAKEHOUSE_SPARK_UI", "maybe"),
+        ("LAKEHOUSE_GOLD_WATERMARK", "banana"),
+    ],
+)
+def test_a_bad_setting_stops_any_command_with_one_line(clean_env, capsys, variable, value):
+    """A bad LAKEHOUSE_* value returns 2 with one line naming the variable and the value."""
+    clean_env.setenv(variable, value)
+    assert cli.main(["settings"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {variable}=") and value in lines[0], lines

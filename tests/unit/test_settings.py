@@ -117,8 +117,9 @@ def test_settings_error_is_a_value_error():
 
 
 def test_spark_conf_is_parsed_into_a_dict():
-    """LAKEHOUSE_SPARK_CONF 'a=b;c=d' becomes {'a': 'b', 'c': 'd'}, with spaces and empty items ignored."""
-    assert Settings.from_env({"LAKEHOUSE_HOME": HOME, "LAKEHOUSE_SPARK_CONF": "a=b;c=d"}).spark_conf == {"a": "b", "c": "d"}
+    """LAKEHOUSE_SPARK_CONF 'spark.a=b;spark.c=d' becomes a dict, with spaces and empty items ignored."""
+    conf = Settings.from_env({"LAKEHOUSE_HOME": HOME, "LAKEHOUSE_SPARK_CONF": "spark.a=b;spark.c=d"}).spark_conf
+    assert conf == {"spark.a": "b", "spark.c": "d"}
     s = Settings.from_env({
         "LAKEHOUSE_HOME": HOME,
         "LAKEHOUSE_SPARK_CONF": " spark.x = 1 ;; spark.hadoop.fs.s3a.endpoint=http://h:9000/?a=b ;",
@@ -129,7 +130,7 @@ def test_spark_conf_is_parsed_into_a_dict():
 def test_spark_conf_item_without_equals_raises_settings_error():
     """An item without '=' in LAKEHOUSE_SPARK_CONF raises SettingsError naming the variable and the item."""
     with pytest.raises(SettingsError) as caught:
-        Settings.from_env({"LAKEHOUSE_HOME": HOME, "LAKEHOUSE_SPARK_CONF": "a=b;oops"})
+        Settings.from_env({"LAKEHOUSE_HOME": HOME, "LAKEHOUSE_SPARK_CONF": "spark.a=b;oops"})
     assert "LAKEHOUSE_SPARK_CONF" in str(caught.value)
     assert "oops" in str(caught.value)
 
@@ -147,17 +148,112 @@ def test_describe_lists_every_field_once_with_the_prefix():
     assert defaults["LAKEHOUSE_LAKE_ROOT"] == "<home>/lake"
 
 
+# A valid value for each setting other than its default.
+SAMPLES = {
+    "LAKEHOUSE_HOME": "/srv/other-home", "LAKEHOUSE_LAKE_ROOT": "s3a://bucket/lake", "LAKEHOUSE_JARS_DIR": "/opt/jars",
+    "LAKEHOUSE_DAGSTER_HOME": "/srv/dagster", "LAKEHOUSE_LOG_DIR": "/var/log/lakehouse",
+    "LAKEHOUSE_MAVEN_SETTINGS": "/etc/maven/settings.xml", "LAKEHOUSE_KAFKA_BOOTSTRAP": "b1:9092,b2:9092",
+    "LAKEHOUSE_KAFKA_HOST": "10.0.0.5", "LAKEHOUSE_KAFKA_PORT": "12345", "LAKEHOUSE_KAFKA_CONTROLLER_PORT": "12346",
+    "LAKEHOUSE_KAFKA_HEAP": "1g", "LAKEHOUSE_KAFKA_REPLICATION_FACTOR": "3", "LAKEHOUSE_SPARK_MASTER": "spark://h:7077",
+    "LAKEHOUSE_SPARK_DRIVER_MEMORY": "4g", "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "200", "LAKEHOUSE_SPARK_UI": "true",
+    "LAKEHOUSE_SPARK_CONF": "spark.k=v", "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "500",
+    "LAKEHOUSE_SILVER_DEDUP_WATERMARK": "2 hours", "LAKEHOUSE_GOLD_WATERMARK": "5 minutes",
+    "LAKEHOUSE_EVENT_TIME_MAX_AHEAD": "12 hours", "LAKEHOUSE_EVENT_TIME_FLOOR": "2020-01-01T00:00:00Z",
+}
+
+
 def test_every_described_variable_is_read_by_from_env():
     """Each variable describe() lists is honoured by from_env (set it, see it on the settings)."""
-    samples = {int: "12345", bool: "true", str: "x-value"}
-    for name, _, _ in Settings.describe():
+    assert {name for name, _, _ in Settings.describe()} == set(SAMPLES)
+    for name, value in SAMPLES.items():
         attr = name.removeprefix("LAKEHOUSE_").lower()
-        if attr == "spark_conf":
-            assert Settings.from_env({name: "k=v"}).spark_conf == {"k": "v"}
-            continue
-        kind = type(getattr(Settings(home=HOME), attr))
-        value = samples[kind]
-        if attr == "kafka_controller_port":
-            value = "12346"
         got = getattr(Settings.from_env({"LAKEHOUSE_HOME": HOME, name: value}), attr)
-        assert str(got).lower() == value, name
+        shown = ";".join(f"{k}={v}" for k, v in got.items()) if isinstance(got, dict) else str(got)
+        assert shown.lower() == value.lower(), name
+
+
+@pytest.mark.parametrize(
+    "variable, value, allowed",
+    [
+        ("LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS", "-1", "from 1 to"),
+        ("LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS", "0", "from 1 to"),
+        ("LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER", "-5", "from 0 (no cap) to"),
+        ("LAKEHOUSE_KAFKA_REPLICATION_FACTOR", "0", "from 1 to"),
+        ("LAKEHOUSE_KAFKA_REPLICATION_FACTOR", "1.5", "integer"),
+        ("LAKEHOUSE_SPARK_UI", "maybe", "true, false, yes, no, 1 or 0"),
+        ("LAKEHOUSE_SPARK_UI", "on", "true, false, yes, no, 1 or 0"),
+        ("LAKEHOUSE_GOLD_WATERMARK", "banana", "Spark interval"),
+        ("LAKEHOUSE_GOLD_WATERMARK", "10", "Spark interval"),
+        ("LAKEHOUSE_GOLD_WATERMARK", "-10 minutes", "Spark interval"),
+        ("LAKEHOUSE_GOLD_WATERMARK", "0 minutes", "Spark interval"),
+        ("LAKEHOUSE_SILVER_DEDUP_WATERMARK", "1 fortnight", "Spark interval"),
+        ("LAKEHOUSE_EVENT_TIME_MAX_AHEAD", "1 day;DROP", "Spark interval"),
+        ("LAKEHOUSE_EVENT_TIME_FLOOR", "yesterday", "ISO-8601 instant"),
+        ("LAKEHOUSE_EVENT_TIME_FLOOR", "2000-01-01T00:00:00", "with a zone"),
+        ("LAKEHOUSE_KAFKA_HEAP", "lots", "512m or 2g"),
+        ("LAKEHOUSE_SPARK_DRIVER_MEMORY", "2", "512m or 2g"),
+        ("LAKEHOUSE_SPARK_DRIVER_MEMORY", "-2g", "512m or 2g"),
+        ("LAKEHOUSE_SPARK_MASTER", "local[0]", "local[N]"),
+        ("LAKEHOUSE_SPARK_MASTER", "spark://h", "spark://host:port"),
+        ("LAKEHOUSE_SPARK_MASTER", "mesos://h:5050", "yarn or k8s://"),
+        ("LAKEHOUSE_KAFKA_PORT", "70000", "from 1 to 65535"),
+        ("LAKEHOUSE_KAFKA_CONTROLLER_PORT", "0", "from 1 to 65535"),
+        ("LAKEHOUSE_KAFKA_BOOTSTRAP", "b1:9092,b2", "host:port"),
+        ("LAKEHOUSE_KAFKA_BOOTSTRAP", "b1:99999", "ports 1-65535"),
+        ("LAKEHOUSE_KAFKA_BOOTSTRAP", "b1:9092 b2:9092", "host:port"),
+        ("LAKEHOUSE_KAFKA_HOST", "bad host", "host name"),
+        ("LAKEHOUSE_SPARK_CONF", "shuffle.partitions=4", "spark.* keys"),
+    ],
+)
+def test_a_bad_value_is_one_sentence_naming_variable_value_and_what_is_allowed(variable, value, allowed):
+    """Each kind of bad value is refused by SettingsError: one line with the variable, the value and the rule."""
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"LAKEHOUSE_HOME": HOME, variable: value})
+    message = str(caught.value)
+    assert message.startswith(f"{variable}=") and allowed in message, message
+    assert value.split("=")[0] in message
+    assert "\n" not in message and message.endswith(".")
+
+
+@pytest.mark.parametrize(
+    "variable, value, parsed",
+    [
+        ("LAKEHOUSE_SPARK_UI", "YES", True), ("LAKEHOUSE_SPARK_UI", "0", False), ("LAKEHOUSE_SPARK_UI", "False", False),
+        ("LAKEHOUSE_GOLD_WATERMARK", "1 hour 30 minutes", "1 hour 30 minutes"),
+        ("LAKEHOUSE_GOLD_WATERMARK", "30 seconds", "30 seconds"), ("LAKEHOUSE_GOLD_WATERMARK", "2 days", "2 days"),
+        ("LAKEHOUSE_SPARK_MASTER", "local", "local"), ("LAKEHOUSE_SPARK_MASTER", "local[4]", "local[4]"),
+        ("LAKEHOUSE_SPARK_MASTER", "local[*]", "local[*]"), ("LAKEHOUSE_SPARK_MASTER", "local[4,2]", "local[4,2]"),
+        ("LAKEHOUSE_SPARK_MASTER", "spark://a:7077,b:7077", "spark://a:7077,b:7077"),
+        ("LAKEHOUSE_SPARK_MASTER", "yarn", "yarn"),
+        ("LAKEHOUSE_SPARK_MASTER", "k8s://https://10.0.0.1:6443", "k8s://https://10.0.0.1:6443"),
+        ("LAKEHOUSE_KAFKA_HEAP", "768M", "768M"), ("LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER", "0", 0),
+        ("LAKEHOUSE_EVENT_TIME_FLOOR", "2010-06-01T00:00:00+02:00", "2010-06-01T00:00:00+02:00"),
+    ],
+)
+def test_good_values_in_each_form_are_accepted(variable, value, parsed):
+    """The allowed forms the messages promise are accepted as written."""
+    attr = variable.removeprefix("LAKEHOUSE_").lower()
+    assert getattr(Settings.from_env({"LAKEHOUSE_HOME": HOME, variable: value}), attr) == parsed
+
+
+@pytest.mark.parametrize(
+    "overrides, variable",
+    [
+        ({"spark_shuffle_partitions": -1}, "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS"),
+        ({"spark_ui": "maybe"}, "LAKEHOUSE_SPARK_UI"),
+        ({"gold_watermark": "banana"}, "LAKEHOUSE_GOLD_WATERMARK"),
+        ({"max_offsets_per_trigger": True}, "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER"),
+        ({"spark_conf": {"spark.hadoop.fs.s3a.secret.key": 42}}, "LAKEHOUSE_SPARK_CONF"),
+        ({"home": ""}, "LAKEHOUSE_HOME"),
+    ],
+)
+def test_settings_built_in_code_are_checked_too(overrides, variable):
+    """Settings(...) constructed directly (tests, Dagster resources) is validated like the environment."""
+    with pytest.raises(SettingsError, match=variable):
+        Settings(**{"home": HOME, **overrides})
+
+
+def test_defaults_are_valid_and_the_new_event_time_settings_have_their_defaults():
+    """The defaults pass validation, and the event-time plausibility settings default to 1 day and 2000-01-01."""
+    s = Settings(home=HOME)
+    assert (s.event_time_max_ahead, s.event_time_floor) == ("1 day", "2000-01-01T00:00:00Z")
