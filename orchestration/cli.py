@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -139,23 +140,54 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+# How long dagster dev gets to stop its webserver, daemon and code servers before it is made to.
+UI_STOP_GRACE_S = 20.0
+
+
 def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     from orchestration.runs import dagster_instance
 
     dagster_instance(settings)  # creates DAGSTER_HOME and its dagster.yaml
     env = {**os.environ, "DAGSTER_HOME": settings.dagster_home}
     cmd = [sys.executable, "-m", "dagster", "dev", "-m", "orchestration.definitions", "-h", args.host, "-p", str(args.port)]
-    print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={settings.dagster_home}); Ctrl-C stops it.")
-    # Its own session: a stop sent to this process (Ctrl-C, or a kill by PID) reaches dagster dev
-    # exactly once, through the handler, and dagster dev then stops its webserver, daemon and code servers.
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
-
-    def forward(signum: int, _frame: object) -> None:
-        proc.send_signal(signal.SIGINT)
-
+    print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={settings.dagster_home}); Ctrl-C stops it.",
+          flush=True)
+    stop = threading.Event()
+    # Handlers go in before the child starts: a handled signal is reset to the default in the child at exec,
+    # whereas an ignored one stays ignored. A script's background job starts with SIGINT ignored, and
+    # dagster dev (which maps SIGTERM to its SIGINT disposition) would then ignore every stop.
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, forward)
-    return proc.wait()
+        signal.signal(signum, lambda _signum, _frame: stop.set())
+    # Its own session: a stop reaches dagster dev once, from here, and the whole tree is one process group.
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    while proc.poll() is None and not stop.wait(0.5):
+        pass
+    if proc.poll() is None:
+        _stop_tree(proc)
+        return 0
+    _kill_group(proc.pid, signal.SIGKILL)  # anything dagster dev left behind when it exited on its own
+    return proc.returncode
+
+
+def _stop_tree(proc: subprocess.Popen) -> None:
+    """SIGINT to dagster dev (its clean stop), then SIGTERM and SIGKILL to its process group if it lingers."""
+    proc.send_signal(signal.SIGINT)
+    for signum, grace in ((signal.SIGTERM, UI_STOP_GRACE_S), (signal.SIGKILL, 10.0)):
+        try:
+            proc.wait(timeout=grace)
+            break
+        except subprocess.TimeoutExpired:
+            log.warning("dagster dev did not stop within %.0fs; sending %s to its processes", grace, signum.name)
+            _kill_group(proc.pid, signum)
+    proc.wait()
+    _kill_group(proc.pid, signal.SIGKILL)  # code servers orphaned by a forced stop
+
+
+def _kill_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:  # the group is empty: everything has exited
+        pass
 
 
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:

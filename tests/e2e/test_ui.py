@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -30,14 +31,29 @@ def _processes_mentioning(text: str) -> list[int]:
     return pids
 
 
+def _ignores_sigint(pid: int) -> bool:
+    """Whether `lakehouse ui` started with SIGINT ignored (read after its exec, long before its imports end)."""
+    deadline = time.monotonic() + 10
+    while b"ui\0--port" not in Path(f"/proc/{pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    status = Path(f"/proc/{pid}/status").read_text()
+    ignored = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+    return bool(ignored & (1 << (signal.SIGINT - 1)))
+
+
 def test_ui_serves_the_assets_and_stops_by_pid(jars_dir, tmp_path):
-    """The UI answers GraphQL with every asset of the definitions; SIGTERM to `lakehouse ui` leaves no process."""
+    """The UI answers GraphQL with every asset of the definitions; `kill PID` of a script's background
+    `lakehouse ui` (SIGINT ignored) stops it and leaves no process."""
     port = free_port()
     home = tmp_path / "home"
     env = {**os.environ, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_JARS_DIR": jars_dir}
     lakehouse = Path(sys.executable).with_name("lakehouse")
-    proc = subprocess.Popen([str(lakehouse), "ui", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "ui.err", "wb"))
+    # As a script starts it: a non-interactive shell's background job begins with SIGINT ignored.
+    err_file = shlex.quote(str(tmp_path / "ui.err"))
+    script = f"{shlex.quote(str(lakehouse))} ui --port {port} > /dev/null 2> {err_file} & echo $!; wait"
+    proc = subprocess.Popen(["bash", "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    ui_pid = int(proc.stdout.readline())
+    assert _ignores_sigint(ui_pid), "the launch did not reproduce a script's background job"
     marker = str(home / "dagster")  # every dagster child process carries its instance folder in its arguments
     try:
         deadline = time.monotonic() + 180
@@ -64,12 +80,17 @@ def test_ui_serves_the_assets_and_stops_by_pid(jars_dir, tmp_path):
         assert assets["silver_orders"] == "silver" and assets["kafka/shop_orders_v1"] == "kafka"
         assert (home / "dagster" / "dagster.yaml").exists()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        os.kill(ui_pid, signal.SIGTERM)  # what `kill PID` sends
+    dagster_dev = f"dagster dev -m orchestration.definitions -h 127.0.0.1 -p {port}"  # DAGSTER_HOME is in its env only
+
+    def survivors() -> list[int]:
+        return _processes_mentioning(marker) + _processes_mentioning(dagster_dev)
+
     deadline = time.monotonic() + 30
-    while _processes_mentioning(marker) and time.monotonic() < deadline:
+    while survivors() and time.monotonic() < deadline:
         time.sleep(0.5)
-    leftover = _processes_mentioning(marker)
+    leftover = survivors()
     for pid in leftover:
         os.kill(pid, signal.SIGKILL)
     assert not leftover, "dagster processes outlived `lakehouse ui`"
+    assert proc.wait(timeout=30) == 0, "`lakehouse ui` did not exit after SIGTERM"
