@@ -140,6 +140,21 @@ _DERIVED = {
 }
 
 
+# Words in a Spark setting's key that mark its value as a secret (object-store keys, passwords, tokens).
+SECRET_WORDS = ("password", "secret", "key", "token", "credential")
+MASK = "****"
+
+
+def is_secret(key: str) -> bool:
+    """Whether a setting's key names a secret, so its value is never shown or logged."""
+    return any(word in key.lower() for word in SECRET_WORDS)
+
+
+def masked(conf: Mapping[str, str]) -> dict[str, str]:
+    """The Spark settings with the values of secret keys replaced by ****."""
+    return {k: MASK if is_secret(k) else v for k, v in conf.items()}
+
+
 def _variable(name: str) -> str:
     return PREFIX + name.upper()
 
@@ -233,6 +248,19 @@ class Settings:
                 raise SettingsError(f"{_variable(f.name)}={raw!r} is not valid; {rule.allowed}.") from None
         values.update(overrides)
         return cls(**values)
+
+    def shown(self, name: str) -> str:
+        """A setting's value as text for people and logs, with secret Spark settings masked."""
+        value = getattr(self, name)
+        if isinstance(value, Mapping):
+            return ";".join(f"{k}={v}" for k, v in masked(value).items())
+        return str(value)
+
+    def __repr__(self) -> str:
+        # The generated repr would print LAKEHOUSE_SPARK_CONF secrets into any log line or trace showing settings.
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values["spark_conf"] = masked(self.spark_conf)
+        return f"Settings({', '.join(f'{name}={value!r}' for name, value in values.items())})"
 
     @property
     def kafka_dir(self) -> str:

@@ -202,10 +202,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     from orchestration.sql import format_table
 
-    rows = []
-    for env, default, meaning in Settings.describe():
-        current = getattr(settings, env.removeprefix("LAKEHOUSE_").lower())
-        rows.append((env, str(current) if not isinstance(current, dict) else ";".join(f"{k}={v}" for k, v in current.items()), meaning))
+    rows = [(env, settings.shown(env.removeprefix("LAKEHOUSE_").lower()), meaning) for env, _, meaning in Settings.describe()]
     print(format_table(("variable", "value now", "meaning"), rows))
     return 0
 

@@ -171,3 +171,20 @@ def test_a_bad_setting_stops_any_command_with_one_line(clean_env, capsys, variab
     assert cli.main(["settings"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {variable}=") and value in lines[0], lines
+
+
+def test_settings_masks_spark_conf_values_whose_key_names_a_secret(clean_env, capsys):
+    """`lakehouse settings` shows **** for password/secret/key/token/credential keys, any case; others as set."""
+    clean_env.setenv("LAKEHOUSE_SPARK_CONF", ";".join([
+        "spark.hadoop.fs.s3a.access.key=AKIAEXAMPLE", "spark.hadoop.fs.s3a.secret.key=s3cr3t-value",
+        "spark.ssl.keyStorePassword=hunter2", "spark.x.AuthToken=tok-123", "spark.y.CREDENTIALS=cred-9",
+        "spark.hadoop.fs.s3a.endpoint=http://minio:9000",
+    ]))
+    assert cli.main(["settings"]) == 0
+    out = capsys.readouterr().out
+    for secret in ("AKIAEXAMPLE", "s3cr3t-value", "hunter2", "tok-123", "cred-9"):
+        assert secret not in out
+    row = next(line for line in out.splitlines() if line.startswith("LAKEHOUSE_SPARK_CONF"))
+    assert "spark.hadoop.fs.s3a.access.key=****" in row and "spark.x.AuthToken=****" in row
+    assert "spark.y.CREDENTIALS=****" in row and "spark.ssl.keyStorePassword=****" in row
+    assert "spark.hadoop.fs.s3a.endpoint=http://minio:9000" in row

@@ -257,3 +257,14 @@ def test_defaults_are_valid_and_the_new_event_time_settings_have_their_defaults(
     """The defaults pass validation, and the event-time plausibility settings default to 1 day and 2000-01-01."""
     s = Settings(home=HOME)
     assert (s.event_time_max_ahead, s.event_time_floor) == ("1 day", "2000-01-01T00:00:00Z")
+
+
+def test_secret_spark_settings_never_show_in_repr_or_errors():
+    """repr(settings) (what a log line or trace prints) masks secret Spark values; spark_conf keeps them for Spark."""
+    s = Settings(home=HOME, spark_conf={"spark.hadoop.fs.s3a.secret.key": "s3cr3t", "spark.app.tag": "visible"})
+    assert s.spark_conf["spark.hadoop.fs.s3a.secret.key"] == "s3cr3t"
+    assert "s3cr3t" not in repr(s) and "****" in repr(s) and "visible" in repr(s)
+    assert s.shown("spark_conf") == "spark.hadoop.fs.s3a.secret.key=****;spark.app.tag=visible"
+    with pytest.raises(SettingsError) as caught:
+        Settings(home=HOME, spark_conf={"spark.x.password": "pa55", "fs.bad.key": "k3y"})
+    assert "pa55" not in str(caught.value) and "k3y" not in str(caught.value)
