@@ -115,7 +115,7 @@ MEMORY = _matching(r"[1-9]\d*[kmgt]", "use a size such as 512m or 2g (k, m, g or
 INSTANT = Rule("use an ISO-8601 instant with a zone such as 2000-01-01T00:00:00Z", check=_is_instant)
 SPARK_MASTER = _matching(
     rf"local|local\[(?:\*|[1-9]\d*)(?:,[1-9]\d*)?\]|spark://{_HOST_PORTS}|yarn|k8s://\S+",
-    "use local, local[N], local[*], local[N,M], spark://host:port[,host:port], yarn or k8s://...",
+    "use local, local[N], local[*], local[N,M], spark://host:port[,host:port], yarn or k8s://<api server>",
 )
 BOOTSTRAP = _matching(_HOST_PORTS, "use host:port or a comma list of them, ports 1-65535")
 HOST = _matching(_HOST, "use a host name or an IP address")
