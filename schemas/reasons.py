@@ -2,7 +2,8 @@
 
 EMPTY_VALUE = "empty_value"                        # no value bytes at all (a tombstone or an empty record)
 INVALID_ENCODING = "invalid_encoding"              # value bytes are not UTF-8
-MALFORMED_JSON = "malformed_json"                  # value is not a JSON document (or repeats a key)
+MALFORMED_JSON = "malformed_json"                  # not a JSON document the parser accepts (syntax, a repeated
+                                                   # key, nesting deeper than 1000 levels)
 TRAILING_DATA = "trailing_data"                    # a JSON document followed by more bytes, or several documents
 WRONG_TYPE = "wrong_type"                          # the document, or a field, is not of its declared JSON type
 MISSING_FIELD = "missing_field"                    # a required field is absent or null
