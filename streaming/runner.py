@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,11 +127,17 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     before = table_version(spark, path)
     writer = flow.batch_writer(ctx) if flow.output == "batch" else None
     query = start_flow(spark, flow, ctx, writer=writer)
+    watchdog = BrokerWatchdog(query, ctx.kafka_bootstrap) if isinstance(flow.source, TopicSpec) else None
     try:
         query.awaitTermination()  # raises the query's own error if it failed
     except Exception as exc:
         _raise_if_kafka_lost(flow, ctx, exc)
         raise
+    finally:
+        if watchdog:
+            watchdog.close()
+    if watchdog and watchdog.lost:
+        raise _lost(flow, ctx)
     progress = query.recentProgress
     run = FlowRun(flow=flow.name, table=flow.target.name)
     run.batches = sum(1 for p in progress if p.numInputRows > 0)
@@ -150,6 +157,52 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     return run
 
 
+class BrokerWatchdog:
+    """Stops a Kafka flow's query when no broker has answered for `grace_s`.
+
+    Spark's Kafka source retries an offset fetch three times, a minute each, and then fails with a
+    task error that reads like a disk problem; the user should hear within seconds that the broker is gone.
+    """
+
+    def __init__(self, query: StreamingQuery, bootstrap: str, *, grace_s: float = 20.0, every_s: float = 2.0):
+        from confluent_kafka.admin import AdminClient
+
+        self.query = query
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        self.grace_s = grace_s
+        self.every_s = every_s
+        self.lost = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="broker-watchdog", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        silent_since: float | None = None
+        while not self._done.wait(self.every_s):
+            try:
+                self.admin.list_topics(timeout=min(5.0, self.grace_s))
+                silent_since = None
+            except Exception:  # noqa: BLE001 - any client error means the broker did not answer
+                silent_since = silent_since or time.monotonic()
+                if time.monotonic() - silent_since >= self.grace_s and self.query.isActive:
+                    log.warning("no Kafka broker answered for %.0fs; stopping query %s", self.grace_s, self.query.name)
+                    self.lost = True
+                    self.query.stop()  # ends at a batch boundary: the checkpoint stays consistent
+                    return
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=10)
+
+
+def _lost(flow: Flow, ctx: FlowContext) -> KafkaLost:
+    return KafkaLost(
+        f"The Kafka broker at {ctx.kafka_bootstrap} stopped answering while flow {flow.name} was reading "
+        f"{flow.source.name}; start it again (`lakehouse kafka start`) and rerun: the flow resumes from its "
+        "checkpoint, so nothing is lost or read twice."
+    )
+
+
 def _raise_if_kafka_lost(flow: Flow, ctx: FlowContext, exc: Exception) -> None:
     """Turn a Kafka flow's failure into one sentence when the broker is what went away."""
     if not isinstance(flow.source, TopicSpec):
@@ -157,11 +210,7 @@ def _raise_if_kafka_lost(flow: Flow, ctx: FlowContext, exc: Exception) -> None:
     try:
         admin_client(ctx.kafka_bootstrap, timeout_s=5)
     except KafkaUnreachable:
-        raise KafkaLost(
-            f"The Kafka broker at {ctx.kafka_bootstrap} stopped answering while flow {flow.name} was reading "
-            f"{flow.source.name}; start it again (`lakehouse kafka start`) and rerun: the flow resumes from its "
-            "checkpoint, so nothing is lost or read twice."
-        ) from None
+        raise _lost(flow, ctx) from None
     if "org.apache.kafka.common.errors.TimeoutException" in str(exc):
         raise KafkaLost(
             f"Kafka at {ctx.kafka_bootstrap} did not answer in time while flow {flow.name} was reading "

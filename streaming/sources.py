@@ -19,6 +19,10 @@ def read_kafka_stream(spark: SparkSession, topic: TopicSpec, ctx: FlowContext) -
         .option("includeHeaders", "true")
         # Offsets that vanished (retention) must stop the stream loudly, never skip silently.
         .option("failOnDataLoss", "true")
+        # A client call blocks a query's stop until it times out (60 s by default): bound it, so that a
+        # lost broker is reported, and the query stopped, within seconds. Healthy requests take milliseconds.
+        .option("kafka.request.timeout.ms", "10000")
+        .option("kafka.default.api.timeout.ms", "15000")
     )
     if ctx.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(ctx.max_offsets_per_trigger))
