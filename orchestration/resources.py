@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 from pyspark.sql import SparkSession
 
-from infra.settings import Settings
+from infra.settings import Settings, is_secret
 from infra.spark import get_spark
 from streaming.context import FlowContext
 
@@ -20,14 +20,16 @@ class SparkResource(dg.ConfigurableResource):
     jars_dir: str
     log_dir: str
     ui: bool = False
-    extra_conf: dict[str, str] = {}
+    extra_conf: dict[str, str] = {}     # never a secret: resource config shows in the Dagster UI
 
     def session(self) -> SparkSession:
+        # Secrets (object-store keys, passwords) come from the environment when the session starts.
+        secrets = {k: v for k, v in Settings.from_env().spark_conf.items() if is_secret(k)}
         return get_spark(
             Settings(
                 home=self.home, jars_dir=self.jars_dir, log_dir=self.log_dir, spark_master=self.master,
                 spark_driver_memory=self.driver_memory, spark_shuffle_partitions=self.shuffle_partitions,
-                spark_ui=self.ui, spark_conf=dict(self.extra_conf),
+                spark_ui=self.ui, spark_conf={**secrets, **self.extra_conf},
             )
         )
 
@@ -67,7 +69,8 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
         "spark": SparkResource(
             master=settings.spark_master, driver_memory=settings.spark_driver_memory,
             shuffle_partitions=settings.spark_shuffle_partitions, home=settings.home,
-            jars_dir=settings.jars_dir, log_dir=settings.log_dir, ui=settings.spark_ui, extra_conf=dict(settings.spark_conf),
+            jars_dir=settings.jars_dir, log_dir=settings.log_dir, ui=settings.spark_ui,
+            extra_conf={k: v for k, v in settings.spark_conf.items() if not is_secret(k)},
         ),
         "kafka": KafkaResource(
             bootstrap_servers=settings.kafka_bootstrap, replication_factor=settings.kafka_replication_factor
