@@ -5,10 +5,12 @@ from pyspark.sql import DataFrame
 
 from batch.catalog import read_table
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
-from schemas import topics
+from schemas import sources
+from schemas.sources import Source
 from schemas.tables import TableSpec
 from schemas.topics import TopicSpec
 from streaming import flows as flow_registry
+from streaming.flows import Flow
 from streaming.kafka_topics import TopicStatus, ensure_topics
 from streaming.runner import FlowRun, run_flow
 
@@ -70,11 +72,13 @@ def topic_asset(spec: TopicSpec) -> dg.AssetsDefinition:
     return _topic
 
 
-def _column_schema(df: DataFrame) -> dg.TableSchema:
-    return dg.TableSchema(columns=[dg.TableColumn(f.name, f.dataType.simpleString()) for f in df.schema.fields])
+def _column_schema(df: DataFrame, docs: dict[str, str]) -> dg.TableSchema:
+    return dg.TableSchema(columns=[
+        dg.TableColumn(f.name, f.dataType.simpleString(), description=docs.get(f.name)) for f in df.schema.fields
+    ])
 
 
-def _table_metadata(runs: list[FlowRun], table_df: DataFrame, path: str) -> dict[str, object]:
+def _table_metadata(runs: list[FlowRun], table_df: DataFrame, path: str, docs: dict[str, str]) -> dict[str, object]:
     main = runs[0]
     metadata: dict[str, object] = {
         "rows_written": main.rows_written,
@@ -84,7 +88,7 @@ def _table_metadata(runs: list[FlowRun], table_df: DataFrame, path: str) -> dict
         "duration_s": round(sum(r.duration_s for r in runs), 2),
         "path": dg.MetadataValue.path(path),
         "dagster/row_count": table_df.count(),
-        "dagster/column_schema": _column_schema(table_df),
+        "dagster/column_schema": _column_schema(table_df, docs),
     }
     if main.kafka_offsets:
         metadata["kafka_offsets"] = dg.MetadataValue.json(main.kafka_offsets)
@@ -100,8 +104,8 @@ def _table_metadata(runs: list[FlowRun], table_df: DataFrame, path: str) -> dict
     return metadata
 
 
-def table_asset(asset_name: str) -> dg.AssetsDefinition:
-    asset_flows = flow_registry.flows_for_asset(asset_name)
+def table_asset(asset_flows: list[Flow], docs: dict[str, str]) -> dg.AssetsDefinition:
+    asset_name = asset_flows[0].asset_name
     main = asset_flows[0]
     writes = ", ".join(t.name for t in (main.target, *main.also_writes))
     deps = list(dict.fromkeys(source_key(f.source) for f in asset_flows))
@@ -126,11 +130,18 @@ def table_asset(asset_name: str) -> dg.AssetsDefinition:
             context.log.info(f"running flow {flow.name} -> {flow.target.name}")
             runs.append(run_flow(session, flow, ctx))
         table_df = read_table(session, main.target, ctx.lake_root)
-        return dg.MaterializeResult(metadata=_table_metadata(runs, table_df, main.target.path(ctx.lake_root)))
+        return dg.MaterializeResult(metadata=_table_metadata(runs, table_df, main.target.path(ctx.lake_root), docs))
 
     return _table
 
 
-def build_assets() -> list[dg.AssetsDefinition]:
-    """Topic assets, then table assets in dependency order."""
-    return [topic_asset(spec) for spec in topics.ALL] + [table_asset(name) for name in flow_registry.asset_names()]
+def build_assets(declared: tuple[Source, ...] = sources.SOURCES) -> list[dg.AssetsDefinition]:
+    """Topic assets, then table assets in dependency order, all following from the source declarations."""
+    flows = flow_registry.build_flows(declared)
+    docs = {s.silver_table.name: s.column_docs() for s in declared}
+    by_asset: dict[str, list[Flow]] = {}
+    for flow in flows:
+        by_asset.setdefault(flow.asset_name, []).append(flow)
+    return [topic_asset(s.topic_spec) for s in declared] + [
+        table_asset(asset_flows, docs.get(name, {})) for name, asset_flows in by_asset.items()
+    ]

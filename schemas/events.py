@@ -1,22 +1,16 @@
-"""Versioned event schemas of the shop domain; a new version is a new name, never an edit."""
+"""Versioned event schemas; a new version is a new name, never an edit. Each follows from a source declaration."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from pyspark.sql.types import (
-    ArrayType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.types import StructType
 
 
 @dataclass(frozen=True)
 class EventSchema:
-    """The JSON payload of one event type: its fields, which are required, which are instants."""
+    """The JSON payload of one event type: its fields, which are required, which are instants, its rules."""
 
     name: str                          # e.g. shop.orders.v1 (also the topic it travels on)
     entity: str                        # e.g. orders: names the bronze/silver tables
@@ -24,62 +18,30 @@ class EventSchema:
     required: tuple[str, ...]
     timestamps: tuple[str, ...] = ("occurred_at", "sent_at")
     event_time: str = "occurred_at"
+    rules: tuple[tuple[str, str], ...] = ()      # (name, SQL predicate that holds for a valid event)
+    derived: tuple[tuple[str, str], ...] = ()    # (silver column, SQL expression)
 
     @property
     def fields(self) -> tuple[str, ...]:
         return tuple(self.payload.fieldNames())
 
 
-def _s(name: str, nullable: bool = True) -> StructField:
-    return StructField(name, StringType(), nullable)
+_FROM_SOURCES = {"PAGE_VIEWS_V1", "ORDERS_V1", "ALL", "PAGE_TYPES", "CURRENCIES", "ORDER_LINE"}
 
 
-# Every event carries an id, the time it happened and the time its producer sent it;
-# the broker adds a third timestamp (log-append time) that bronze keeps.
-_ENVELOPE = [_s("event_id"), _s("occurred_at"), _s("sent_at")]
+def __getattr__(name: str) -> Any:
+    if name not in _FROM_SOURCES:  # e.g. the import system probing for __path__
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # The shop's schemas are declared with their sources (schemas/sources.py); imported lazily so that
+    # sources.py can build on this module.
+    from schemas import sources
 
-PAGE_TYPES = ("home", "category", "product", "cart", "checkout", "search")
-CURRENCIES = ("EUR", "USD", "GBP")
-
-PAGE_VIEWS_V1 = EventSchema(
-    name="shop.page_views.v1",
-    entity="page_views",
-    payload=StructType(
-        _ENVELOPE
-        + [
-            _s("customer_id"),
-            _s("session_id"),
-            _s("page_type"),
-            _s("product_id"),  # set on product pages only
-            _s("url"),
-            _s("referrer"),
-        ]
-    ),
-    required=("event_id", "occurred_at", "sent_at", "customer_id", "session_id", "page_type", "url"),
-)
-
-ORDER_LINE = StructType(
-    [
-        _s("product_id"),
-        StructField("quantity", IntegerType()),
-        StructField("unit_price_cents", LongType()),
-    ]
-)
-
-ORDERS_V1 = EventSchema(
-    name="shop.orders.v1",
-    entity="orders",
-    payload=StructType(
-        _ENVELOPE
-        + [
-            _s("order_id"),
-            _s("customer_id"),
-            _s("currency"),
-            StructField("lines", ArrayType(ORDER_LINE)),
-            StructField("total_cents", LongType()),
-        ]
-    ),
-    required=("event_id", "occurred_at", "sent_at", "order_id", "customer_id", "currency", "lines", "total_cents"),
-)
-
-ALL = (PAGE_VIEWS_V1, ORDERS_V1)
+    shop = {
+        "PAGE_VIEWS_V1": lambda: sources.PAGE_VIEWS.schema,
+        "ORDERS_V1": lambda: sources.ORDERS.schema,
+        "ALL": lambda: tuple(s.schema for s in sources.SOURCES),
+        "PAGE_TYPES": lambda: sources.PAGE_TYPES,
+        "CURRENCIES": lambda: sources.CURRENCIES,
+        "ORDER_LINE": lambda: sources.ORDER_LINE,
+    }
+    return shop[name]()

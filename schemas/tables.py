@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping
 
 Layer = Literal["bronze", "silver", "gold"]
 
@@ -24,23 +24,11 @@ class TableSpec:
         return f"{lake_root.rstrip('/')}/{self.layer}/{self.name}"
 
 
-_KAFKA_COORDS = ("topic", "partition", "offset")
+KAFKA_COORDINATES = ("topic", "partition", "offset")
 
-BRONZE_PAGE_VIEWS = TableSpec(
-    "bronze_page_views", "bronze", "Raw page-view records from Kafka, unparsed, with their coordinates.", _KAFKA_COORDS
-)
-BRONZE_ORDERS = TableSpec(
-    "bronze_orders", "bronze", "Raw order records from Kafka, unparsed, with their coordinates.", _KAFKA_COORDS
-)
-SILVER_PAGE_VIEWS = TableSpec(
-    "silver_page_views", "silver", "Parsed, validated, deduplicated page views.", ("event_id",), ("event_date",)
-)
-SILVER_ORDERS = TableSpec(
-    "silver_orders", "silver", "Parsed, validated, deduplicated orders.", ("event_id",), ("event_date",)
-)
 QUARANTINE = TableSpec(
     "quarantine", "silver", "Records that failed parsing or their contract: reason, raw bytes, Kafka coordinates.",
-    _KAFKA_COORDS,
+    KAFKA_COORDINATES,
 )
 LATE_ARRIVALS = TableSpec(
     "late_arrivals", "silver",
@@ -56,14 +44,36 @@ GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE = TableSpec(
     ("window_start", "product_id"),
 )
 
-ALL = (
-    BRONZE_PAGE_VIEWS,
-    BRONZE_ORDERS,
-    SILVER_PAGE_VIEWS,
-    SILVER_ORDERS,
-    QUARANTINE,
-    LATE_ARRIVALS,
-    GOLD_REVENUE_PER_MINUTE,
-    GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE,
-)
-BY_NAME = {spec.name: spec for spec in ALL}
+GOLD = (GOLD_REVENUE_PER_MINUTE, GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE)
+
+
+_FROM_SOURCES = {"BRONZE_PAGE_VIEWS", "BRONZE_ORDERS", "SILVER_PAGE_VIEWS", "SILVER_ORDERS", "ALL", "BY_NAME"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _FROM_SOURCES:  # e.g. the import system probing for __path__
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # Bronze and silver tables follow from the source declarations (schemas/sources.py), imported lazily.
+    from schemas import sources
+
+    per_source = {
+        "BRONZE_PAGE_VIEWS": lambda: sources.PAGE_VIEWS.bronze_table,
+        "BRONZE_ORDERS": lambda: sources.ORDERS.bronze_table,
+        "SILVER_PAGE_VIEWS": lambda: sources.PAGE_VIEWS.silver_table,
+        "SILVER_ORDERS": lambda: sources.ORDERS.silver_table,
+        "ALL": lambda: all_tables(sources.SOURCES),
+        "BY_NAME": lambda: {spec.name: spec for spec in all_tables(sources.SOURCES)},
+    }
+    return per_source[name]()
+
+
+def all_tables(declared: Iterable[Any]) -> tuple[TableSpec, ...]:
+    """Every table: each source's bronze and silver, then quarantine, late arrivals and gold."""
+    declared = tuple(declared)
+    return (
+        *(s.bronze_table for s in declared),
+        *(s.silver_table for s in declared),
+        QUARANTINE,
+        LATE_ARRIVALS,
+        *GOLD,
+    )

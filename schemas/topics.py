@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
-from schemas.events import ORDERS_V1, PAGE_VIEWS_V1, EventSchema
+from schemas.events import EventSchema
 
 DAY_MS = 24 * 60 * 60 * 1000
 
@@ -42,19 +42,19 @@ class TopicSpec:
         }
 
 
-PAGE_VIEWS = TopicSpec(
-    schema=PAGE_VIEWS_V1,
-    key_field="customer_id",
-    partitions=3,
-    description="Every page a shopper sees, keyed by customer.",
-)
+_FROM_SOURCES = {"PAGE_VIEWS", "ORDERS", "ALL", "BY_NAME"}
 
-ORDERS = TopicSpec(
-    schema=ORDERS_V1,
-    key_field="customer_id",
-    partitions=3,
-    description="Placed orders with their lines, keyed by customer.",
-)
 
-ALL = (PAGE_VIEWS, ORDERS)
-BY_NAME = {spec.name: spec for spec in ALL}
+def __getattr__(name: str) -> Any:
+    if name not in _FROM_SOURCES:  # e.g. the import system probing for __path__
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # Topics follow from the source declarations (schemas/sources.py), imported lazily to avoid a cycle.
+    from schemas import sources
+
+    shop = {
+        "PAGE_VIEWS": lambda: sources.PAGE_VIEWS.topic_spec,
+        "ORDERS": lambda: sources.ORDERS.topic_spec,
+        "ALL": lambda: tuple(s.topic_spec for s in sources.SOURCES),
+        "BY_NAME": lambda: {s.topic: s.topic_spec for s in sources.SOURCES},
+    }
+    return shop[name]()

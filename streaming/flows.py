@@ -7,15 +7,16 @@ from typing import Callable, Literal, Mapping
 
 from pyspark.sql import DataFrame
 
-from schemas import tables, topics
+from schemas import sources, tables
 from schemas.events import EventSchema
+from schemas.sources import Source
 from schemas.tables import TableSpec
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext, duration_micros
 from streaming.silver_batches import SilverWriter
 from streaming.transforms.bronze import to_bronze
 from streaming.transforms.gold import to_gold_page_views_per_product_minute, to_gold_revenue_per_minute
-from streaming.transforms.silver import parse_orders, parse_page_views
+from streaming.transforms.silver import parse_events
 
 Source = TopicSpec | TableSpec
 
@@ -34,8 +35,9 @@ class Flow:
     target: TableSpec
     transform: Callable[..., DataFrame]
     output: Literal["append", "upsert", "batch"] = "append"
-    params: Callable[[FlowContext], Mapping[str, str]] = field(default=lambda ctx: {})
+    params: Callable[[FlowContext], Mapping[str, object]] = field(default=lambda ctx: {})
     schema: EventSchema | None = None            # the event schema a silver flow parses against
+    dedup_watermark: str | None = None           # the source's own dedup delay; None: the setting
     also_writes: tuple[TableSpec, ...] = ()      # tables the batch writer fills besides the target
     version: int = 1         # bump when the query changes incompatibly: it gets a fresh checkpoint
 
@@ -61,33 +63,51 @@ class Flow:
         assert self.schema is not None, f"flow {self.name} has no schema to write silver with"
         return SilverWriter(
             flow=self.name, schema=self.schema, silver=self.target, lake_root=ctx.lake_root,
-            dedup_delay_micros=duration_micros(ctx.silver_dedup_watermark), app_id=self.app_id,
+            dedup_delay_micros=duration_micros(self.dedup_watermark or ctx.silver_dedup_watermark), app_id=self.app_id,
         )
-
-
-def _plausible(ctx: FlowContext) -> dict[str, str]:
-    return {"event_time_floor": ctx.event_time_floor, "max_event_time_ahead": ctx.event_time_max_ahead}
 
 
 def _gold(ctx: FlowContext) -> dict[str, str]:
     return {"watermark": ctx.gold_watermark}
 
 
-_SILVER_SIDE_TABLES = (tables.QUARANTINE, tables.LATE_ARRIVALS)
+def source_flows(source: Source) -> tuple[Flow, Flow]:
+    """The bronze and silver flows a source declaration implies."""
+    schema = source.schema
 
-FLOWS: tuple[Flow, ...] = (
-    Flow("bronze_page_views", topics.PAGE_VIEWS, tables.BRONZE_PAGE_VIEWS, to_bronze),
-    Flow("bronze_orders", topics.ORDERS, tables.BRONZE_ORDERS, to_bronze),
+    def parse_params(ctx: FlowContext) -> dict[str, object]:
+        return {"schema": schema, "event_time_floor": ctx.event_time_floor,
+                "max_event_time_ahead": ctx.event_time_max_ahead}
+
+    bronze = Flow(f"bronze_{source.entity}", source.topic_spec, source.bronze_table, to_bronze)
     # Version 2: one parse per record, written by SilverWriter (v1 ran silver and quarantine as two queries).
-    Flow("silver_page_views", tables.BRONZE_PAGE_VIEWS, tables.SILVER_PAGE_VIEWS, parse_page_views, output="batch",
-         params=_plausible, schema=topics.PAGE_VIEWS.schema, also_writes=_SILVER_SIDE_TABLES, version=2),
-    Flow("silver_orders", tables.BRONZE_ORDERS, tables.SILVER_ORDERS, parse_orders, output="batch",
-         params=_plausible, schema=topics.ORDERS.schema, also_writes=_SILVER_SIDE_TABLES, version=2),
-    Flow("gold_revenue_per_minute", tables.SILVER_ORDERS, tables.GOLD_REVENUE_PER_MINUTE,
+    silver = Flow(
+        f"silver_{source.entity}", source.bronze_table, source.silver_table, parse_events, output="batch",
+        params=parse_params, schema=schema, also_writes=(tables.QUARANTINE, tables.LATE_ARRIVALS),
+        dedup_watermark=source.dedup_watermark, version=2,
+    )
+    return bronze, silver
+
+
+# Gold tables are explicit flows, one transform each.
+GOLD_FLOWS: tuple[Flow, ...] = (
+    Flow("gold_revenue_per_minute", sources.ORDERS.silver_table, tables.GOLD_REVENUE_PER_MINUTE,
          to_gold_revenue_per_minute, output="upsert", params=_gold),
-    Flow("gold_page_views_per_product_minute", tables.SILVER_PAGE_VIEWS, tables.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE,
-         to_gold_page_views_per_product_minute, output="upsert", params=_gold),
+    Flow("gold_page_views_per_product_minute", sources.PAGE_VIEWS.silver_table,
+         tables.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE, to_gold_page_views_per_product_minute, output="upsert",
+         params=_gold),
 )
+
+
+def build_flows(declared: tuple[Source, ...] = sources.SOURCES) -> tuple[Flow, ...]:
+    """Every flow: each source's bronze flows, then its silver flows, then the gold flows."""
+    per_source = [source_flows(source) for source in declared]
+    silver = {source.silver_table.name for source in declared}
+    gold = [flow for flow in GOLD_FLOWS if flow.source.name in silver]
+    return (*(b for b, _ in per_source), *(s for _, s in per_source), *gold)
+
+
+FLOWS: tuple[Flow, ...] = build_flows()
 BY_NAME = {flow.name: flow for flow in FLOWS}
 
 

@@ -19,8 +19,7 @@ from pyspark.sql.types import (
 )
 
 from schemas import reasons
-from schemas.events import ORDERS_V1, PAGE_VIEWS_V1, EventSchema
-from streaming.transforms.contracts import DERIVED, RULES
+from schemas.events import EventSchema
 
 LINEAGE = ("topic", "partition", "offset", "appended_at", "ingested_at")
 _INTEGERS = (ByteType, ShortType, IntegerType, LongType)
@@ -122,7 +121,8 @@ def parse_events(
     out_of_range = _first([(f.name, ~_range_ok(raw[f.name], f.dataType)) for f in schema.payload.fields])
     bad_ts = _first([(ts, ~_absent(raw[ts]) & F.col(ts).isNull()) for ts in schema.timestamps])
     implausible = _first([(ts, (F.col(ts) < floor) | (F.col(ts) > ceiling)) for ts in schema.timestamps])
-    broken_rule = _first([(name, ~F.coalesce(holds, F.lit(False))) for name, holds in RULES[schema.name]()])
+    # A rule that cannot be evaluated (null) does not hold; its arithmetic is the non-throwing kind.
+    broken_rule = _first([(name, ~F.coalesce(F.expr(sql), F.lit(False))) for name, sql in schema.rules])
     empty = F.col("value").isNull() | (F.length("value") == 0)
     # (reason, detail) in the order they are tested: the first that applies is the record's reason.
     checks = [
@@ -156,8 +156,7 @@ def to_silver(parsed: DataFrame, *, schema: EventSchema) -> DataFrame:
         F.to_date(schema.event_time).alias("event_date"),
         *LINEAGE,
     )
-    derive = DERIVED.get(schema.name)
-    return derive(valid) if derive else valid
+    return valid.select("*", *[F.expr(sql).alias(name) for name, sql in schema.derived])
 
 
 def to_quarantine(parsed: DataFrame, *, schema: EventSchema) -> DataFrame:
@@ -176,27 +175,3 @@ def to_quarantine(parsed: DataFrame, *, schema: EventSchema) -> DataFrame:
         "detail",
         F.current_timestamp().alias("quarantined_at"),
     )
-
-
-def parse_page_views(bronze: DataFrame, *, event_time_floor: str, max_event_time_ahead: str) -> DataFrame:
-    """Page-view records parsed against shop.page_views.v1, each valid or with its quarantine reason."""
-    return parse_events(
-        bronze, schema=PAGE_VIEWS_V1, event_time_floor=event_time_floor, max_event_time_ahead=max_event_time_ahead
-    )
-
-
-def parse_orders(bronze: DataFrame, *, event_time_floor: str, max_event_time_ahead: str) -> DataFrame:
-    """Order records parsed against shop.orders.v1, each valid or with its quarantine reason."""
-    return parse_events(
-        bronze, schema=ORDERS_V1, event_time_floor=event_time_floor, max_event_time_ahead=max_event_time_ahead
-    )
-
-
-def to_silver_page_views(parsed: DataFrame) -> DataFrame:
-    """Valid page views, typed, with event date and lineage."""
-    return to_silver(parsed, schema=PAGE_VIEWS_V1)
-
-
-def to_silver_orders(parsed: DataFrame) -> DataFrame:
-    """Valid orders, typed, with event date, item count and lineage."""
-    return to_silver(parsed, schema=ORDERS_V1)

@@ -26,14 +26,23 @@ from pyspark.testing import assertDataFrameEqual
 from streaming.transforms.bronze import to_bronze
 from streaming.transforms.gold import to_gold_page_views_per_product_minute, to_gold_revenue_per_minute
 from schemas.events import ORDERS_V1, PAGE_VIEWS_V1
-from streaming.transforms.silver import (
-    parse_orders,
-    parse_page_views,
-    to_quarantine,
-    to_silver,
-    to_silver_orders,
-    to_silver_page_views,
-)
+from streaming.transforms.silver import parse_events, to_quarantine, to_silver
+
+
+def parse_orders(bronze, **bounds):
+    return parse_events(bronze, schema=ORDERS_V1, **bounds)
+
+
+def parse_page_views(bronze, **bounds):
+    return parse_events(bronze, schema=PAGE_VIEWS_V1, **bounds)
+
+
+def to_silver_orders(parsed):
+    return to_silver(parsed, schema=ORDERS_V1)
+
+
+def to_silver_page_views(parsed):
+    return to_silver(parsed, schema=PAGE_VIEWS_V1)
 
 ORDERS = "shop.orders.v1"
 PAGE_VIEWS = "shop.page_views.v1"
