@@ -240,8 +240,15 @@ class BrokerAlreadyRunning(BrokerError):
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: a random UUID, base64url without padding (what `kafka-storage random-uuid` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A KRaft cluster id: a random UUID, base64url without padding (what `kafka-storage random-uuid` prints).
+
+    Like Kafka's own Uuid.randomUuid(), never one that starts with '-' (1 in 64 would): the storage
+    tool's argument parser would take it for an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def local_node(settings: Settings) -> KafkaNode:
