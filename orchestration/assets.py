@@ -1,13 +1,14 @@
 """Asset factories: one asset per Kafka topic spec and one per Delta table, built from the specs and flows."""
 
 import dagster as dg
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
 
 from batch.catalog import read_table
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
 from schemas import sources
 from schemas.sources import Source
-from schemas.tables import TableSpec
+from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
 from schemas.topics import TopicSpec
 from streaming import flows as flow_registry
 from streaming.flows import Flow
@@ -130,18 +131,59 @@ def table_asset(asset_flows: list[Flow], docs: dict[str, str]) -> dg.AssetsDefin
             context.log.info(f"running flow {flow.name} -> {flow.target.name}")
             runs.append(run_flow(session, flow, ctx))
         table_df = read_table(session, main.target, ctx.lake_root)
+        for side in main.also_writes:
+            if (observed := _side_table_metadata(session, side, ctx.lake_root)) is not None:
+                context.log_event(dg.AssetObservation(asset_key=side.name, metadata=observed))
         return dg.MaterializeResult(metadata=_table_metadata(runs, table_df, main.target.path(ctx.lake_root), docs))
 
     return _table
 
 
-def build_assets(declared: tuple[Source, ...] = sources.SOURCES) -> list[dg.AssetsDefinition]:
+# What a person wants to see first about the tables every silver flow appends to.
+_BREAKDOWN = {QUARANTINE.name: ("schema", "reason"), LATE_ARRIVALS.name: ("flow",)}
+
+
+def _side_table_metadata(spark, table: TableSpec, lake_root: str) -> dict[str, object] | None:
+    """Rows of a shared table (quarantine, late arrivals) in total and by reason or flow, as silver left it."""
+    path = table.path(lake_root)
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    df = read_table(spark, table, lake_root)
+    by = _BREAKDOWN.get(table.name, ())
+    counts = {"/".join(str(v) for v in row[:-1]): row[-1] for row in df.groupBy(*by).count().orderBy(*by).collect()}
+    return {
+        "dagster/row_count": sum(counts.values()),
+        f"by_{'_'.join(by)}": dg.MetadataValue.json(counts),
+        "delta_version": DeltaTable.forPath(spark, path).history(1).collect()[0]["version"],
+        "path": dg.MetadataValue.path(path),
+    }
+
+
+def side_table_spec(table: TableSpec, writers: list[str]) -> dg.AssetSpec:
+    """A table several silver flows append to; each silver run records its breakdown as an observation."""
+    return dg.AssetSpec(
+        table.name,
+        deps=writers,
+        group_name="silver",
+        kinds={"delta"},
+        description=f"{table.description} Written by {', '.join(writers)}; each of their runs records the table's "
+                    "rows by " + " and ".join(_BREAKDOWN.get(table.name, ("total",))) + " here.",
+    )
+
+
+def build_assets(declared: tuple[Source, ...] = sources.SOURCES) -> list[dg.AssetsDefinition | dg.AssetSpec]:
     """Topic assets, then table assets in dependency order, all following from the source declarations."""
     flows = flow_registry.build_flows(declared)
     docs = {s.silver_table.name: s.column_docs() for s in declared}
     by_asset: dict[str, list[Flow]] = {}
     for flow in flows:
         by_asset.setdefault(flow.asset_name, []).append(flow)
+    sides: dict[str, TableSpec] = {}
+    writers: dict[str, list[str]] = {}
+    for flow in flows:
+        for side in flow.also_writes:
+            sides[side.name] = side
+            writers.setdefault(side.name, []).append(flow.asset_name)
     return [topic_asset(s.topic_spec) for s in declared] + [
         table_asset(asset_flows, docs.get(name, {})) for name, asset_flows in by_asset.items()
-    ]
+    ] + [side_table_spec(sides[name], names) for name, names in writers.items()]

@@ -31,8 +31,9 @@ class UnknownAsset(ValueError):
     """An asset name the definitions do not have."""
 
 
-def asset_names(assets: list[dg.AssetsDefinition]) -> list[str]:
-    return sorted(key.to_user_string() for a in assets for key in a.keys)
+def asset_names(assets: list[dg.AssetsDefinition | dg.AssetSpec]) -> list[str]:
+    """Names a run can materialize (quarantine and late_arrivals are written by the silver assets' runs)."""
+    return sorted(key.to_user_string() for a in assets if isinstance(a, dg.AssetsDefinition) for key in a.keys)
 
 
 def materialize(settings: Settings, selection: dg.AssetSelection | list[str] | None = None) -> dg.ExecuteInProcessResult:

@@ -26,8 +26,12 @@ def test_definitions_load_with_the_expected_lineage():
     """`defs` validates, holds one asset per topic and per table asset, and each table depends on its source."""
     dg.Definitions.validate_loadable(defs)
     specs = {s.key: s for s in defs.resolve_all_asset_specs()}
-    expected = {topic_key(t) for t in topics.ALL} | {dg.AssetKey(n) for n in flows.asset_names()}
+    shared = {dg.AssetKey("quarantine"), dg.AssetKey("late_arrivals")}
+    expected = {topic_key(t) for t in topics.ALL} | {dg.AssetKey(n) for n in flows.asset_names()} | shared
     assert set(specs) == expected
+    silver = {dg.AssetKey("silver_orders"), dg.AssetKey("silver_page_views")}
+    for key in shared:   # written by every silver flow, so downstream of each silver asset in the lineage
+        assert {d.asset_key for d in specs[key].deps} == silver
     assert {d.asset_key for d in specs[dg.AssetKey("bronze_orders")].deps} == {topic_key(topics.ORDERS)}
     assert {d.asset_key for d in specs[dg.AssetKey("silver_orders")].deps} == {dg.AssetKey("bronze_orders")}
     assert {d.asset_key for d in specs[dg.AssetKey("gold_revenue_per_minute")].deps} == {dg.AssetKey("silver_orders")}
@@ -71,6 +75,14 @@ def test_every_asset_materializes_against_the_real_broker(spark, broker):
         assert meta[silver]["duplicates_dropped"] == kinds["duplicate"]
         assert meta[silver]["late_arrivals"] == 0   # one catch-up batch: nothing is behind the dedup watermark
         assert meta[silver]["dagster/row_count"] == kinds["valid"]
+
+    # Quarantine shows in the UI: each silver run observes it, broken down by schema and reason.
+    observations = [e.event_specific_data.asset_observation for e in result.all_events
+                    if e.event_type_value == "ASSET_OBSERVATION"]
+    latest = [o for o in observations if o.asset_key == dg.AssetKey("quarantine")][-1]
+    expected = Counter(f"{r.topic}/{r.expected_reason}" for r in records if r.kind == "malformed")
+    assert latest.metadata["by_schema_reason"].value == dict(expected)
+    assert latest.metadata["dagster/row_count"].value == sum(expected.values())
 
     valid_orders = [r.event for r in records if r.kind == "valid" and r.topic == topics.ORDERS.name]
     windows = {(e["occurred_at"][:16], e["currency"]) for e in valid_orders}
