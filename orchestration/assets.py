@@ -79,14 +79,13 @@ def _column_schema(df: DataFrame, docs: dict[str, str]) -> dg.TableSchema:
     ])
 
 
-def _table_metadata(runs: list[FlowRun], table_df: DataFrame, path: str, docs: dict[str, str]) -> dict[str, object]:
-    main = runs[0]
+def _table_metadata(main: FlowRun, table_df: DataFrame, path: str, docs: dict[str, str]) -> dict[str, object]:
     metadata: dict[str, object] = {
         "rows_written": main.rows_written,
         "input_rows": main.input_rows,
         "micro_batches": main.batches,
         "delta_version": main.delta_version if main.delta_version is not None else -1,
-        "duration_s": round(sum(r.duration_s for r in runs), 2),
+        "duration_s": main.duration_s,
         "path": dg.MetadataValue.path(path),
         "dagster/row_count": table_df.count(),
         "dagster/column_schema": _column_schema(table_df, docs),
@@ -105,36 +104,30 @@ def _table_metadata(runs: list[FlowRun], table_df: DataFrame, path: str, docs: d
     return metadata
 
 
-def table_asset(asset_flows: list[Flow], docs: dict[str, str]) -> dg.AssetsDefinition:
-    asset_name = asset_flows[0].asset_name
-    main = asset_flows[0]
+def table_asset(main: Flow, docs: dict[str, str]) -> dg.AssetsDefinition:
     writes = ", ".join(t.name for t in (main.target, *main.also_writes))
-    deps = list(dict.fromkeys(source_key(f.source) for f in asset_flows))
 
     @dg.asset(
-        name=asset_name,
+        name=main.asset_name,
         group_name=main.target.layer,
-        deps=deps,
+        deps=[source_key(main.source)],
         kinds={"delta", "spark"},
         description=f"{main.target.description} ({main.transform.__doc__.splitlines()[0]})",
-        metadata={"keys": ", ".join(main.target.keys), "flows": ", ".join(f.name for f in asset_flows),
-                  "writes": writes},
+        metadata={"keys": ", ".join(main.target.keys), "flows": main.name, "writes": writes},
     )
     def _table(
         context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource, lake: LakeResource
     ) -> dg.MaterializeResult:
-        """Run this table's streaming queries until they have caught up with their sources (availableNow)."""
+        """Run this table's streaming query until it has caught up with its source (availableNow)."""
         session = spark.session()
         ctx = lake.flow_context(kafka)
-        runs = []
-        for flow in asset_flows:
-            context.log.info(f"running flow {flow.name} -> {flow.target.name}")
-            runs.append(run_flow(session, flow, ctx))
+        context.log.info(f"running flow {main.name} -> {main.target.name}")
+        run = run_flow(session, main, ctx)
         table_df = read_table(session, main.target, ctx.lake_root)
         for side in main.also_writes:
             if (observed := _side_table_metadata(session, side, ctx.lake_root)) is not None:
                 context.log_event(dg.AssetObservation(asset_key=side.name, metadata=observed))
-        return dg.MaterializeResult(metadata=_table_metadata(runs, table_df, main.target.path(ctx.lake_root), docs))
+        return dg.MaterializeResult(metadata=_table_metadata(run, table_df, main.target.path(ctx.lake_root), docs))
 
     return _table
 
@@ -175,9 +168,6 @@ def build_assets(declared: tuple[Source, ...] = sources.SOURCES) -> list[dg.Asse
     """Topic assets, then table assets in dependency order, all following from the source declarations."""
     flows = flow_registry.build_flows(declared)
     docs = {s.silver_table.name: s.column_docs() for s in declared}
-    by_asset: dict[str, list[Flow]] = {}
-    for flow in flows:
-        by_asset.setdefault(flow.asset_name, []).append(flow)
     sides: dict[str, TableSpec] = {}
     writers: dict[str, list[str]] = {}
     for flow in flows:
@@ -185,5 +175,5 @@ def build_assets(declared: tuple[Source, ...] = sources.SOURCES) -> list[dg.Asse
             sides[side.name] = side
             writers.setdefault(side.name, []).append(flow.asset_name)
     return [topic_asset(s.topic_spec) for s in declared] + [
-        table_asset(asset_flows, docs.get(name, {})) for name, asset_flows in by_asset.items()
+        table_asset(flow, docs.get(flow.asset_name, {})) for flow in flows
     ] + [side_table_spec(sides[name], names) for name, names in writers.items()]

@@ -65,7 +65,7 @@ def refuse_writes(spark: SparkSession, query: str) -> None:
         if name in _READ_ONLY_COMMANDS:
             continue
         if command.isInstance(node) or _WRITES.search(name):
-            verb = query.split(None, 1)[0].upper() if query.split() else name
+            verb = query.split(None, 1)[0].upper()
             raise SqlError(
                 f"lakehouse sql is read-only and this {verb} statement would change the lake; tables are written "
                 "only by their flows, backfills and maintenance commands."

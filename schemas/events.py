@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
 from pyspark.sql.types import StructType
+
+from schemas import from_sources
 
 
 @dataclass(frozen=True)
@@ -26,22 +26,12 @@ class EventSchema:
         return tuple(self.payload.fieldNames())
 
 
-_FROM_SOURCES = {"PAGE_VIEWS_V1", "ORDERS_V1", "ALL", "PAGE_TYPES", "CURRENCIES", "ORDER_LINE"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _FROM_SOURCES:  # e.g. the import system probing for __path__
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    # The shop's schemas are declared with their sources (schemas/sources.py); imported lazily so that
-    # sources.py can build on this module.
-    from schemas import sources
-
-    shop = {
-        "PAGE_VIEWS_V1": lambda: sources.PAGE_VIEWS.schema,
-        "ORDERS_V1": lambda: sources.ORDERS.schema,
-        "ALL": lambda: tuple(s.schema for s in sources.SOURCES),
-        "PAGE_TYPES": lambda: sources.PAGE_TYPES,
-        "CURRENCIES": lambda: sources.CURRENCIES,
-        "ORDER_LINE": lambda: sources.ORDER_LINE,
-    }
-    return shop[name]()
+# The shop's schemas are declared with their sources (schemas/sources.py).
+__getattr__ = from_sources(__name__, {
+    "PAGE_VIEWS_V1": lambda s: s.PAGE_VIEWS.schema,
+    "ORDERS_V1": lambda s: s.ORDERS.schema,
+    "ALL": lambda s: tuple(source.schema for source in s.SOURCES),
+    "PAGE_TYPES": lambda s: s.PAGE_TYPES,
+    "CURRENCIES": lambda s: s.CURRENCIES,
+    "ORDER_LINE": lambda s: s.ORDER_LINE,
+})

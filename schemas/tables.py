@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping
 
+from schemas import from_sources
+
 Layer = Literal["bronze", "silver", "gold"]
 
 
@@ -47,24 +49,15 @@ GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE = TableSpec(
 GOLD = (GOLD_REVENUE_PER_MINUTE, GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE)
 
 
-_FROM_SOURCES = {"BRONZE_PAGE_VIEWS", "BRONZE_ORDERS", "SILVER_PAGE_VIEWS", "SILVER_ORDERS", "ALL", "BY_NAME"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _FROM_SOURCES:  # e.g. the import system probing for __path__
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    # Bronze and silver tables follow from the source declarations (schemas/sources.py), imported lazily.
-    from schemas import sources
-
-    per_source = {
-        "BRONZE_PAGE_VIEWS": lambda: sources.PAGE_VIEWS.bronze_table,
-        "BRONZE_ORDERS": lambda: sources.ORDERS.bronze_table,
-        "SILVER_PAGE_VIEWS": lambda: sources.PAGE_VIEWS.silver_table,
-        "SILVER_ORDERS": lambda: sources.ORDERS.silver_table,
-        "ALL": lambda: all_tables(sources.SOURCES),
-        "BY_NAME": lambda: {spec.name: spec for spec in all_tables(sources.SOURCES)},
-    }
-    return per_source[name]()
+# Bronze and silver tables follow from the source declarations (schemas/sources.py).
+__getattr__ = from_sources(__name__, {
+    "BRONZE_PAGE_VIEWS": lambda s: s.PAGE_VIEWS.bronze_table,
+    "BRONZE_ORDERS": lambda s: s.ORDERS.bronze_table,
+    "SILVER_PAGE_VIEWS": lambda s: s.PAGE_VIEWS.silver_table,
+    "SILVER_ORDERS": lambda s: s.ORDERS.silver_table,
+    "ALL": lambda s: all_tables(s.SOURCES),
+    "BY_NAME": lambda s: {spec.name: spec for spec in all_tables(s.SOURCES)},
+})
 
 
 def all_tables(declared: Iterable[Any]) -> tuple[TableSpec, ...]:

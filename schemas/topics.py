@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
+from schemas import from_sources
 from schemas.events import EventSchema
 
 DAY_MS = 24 * 60 * 60 * 1000
@@ -42,19 +43,10 @@ class TopicSpec:
         }
 
 
-_FROM_SOURCES = {"PAGE_VIEWS", "ORDERS", "ALL", "BY_NAME"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _FROM_SOURCES:  # e.g. the import system probing for __path__
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    # Topics follow from the source declarations (schemas/sources.py), imported lazily to avoid a cycle.
-    from schemas import sources
-
-    shop = {
-        "PAGE_VIEWS": lambda: sources.PAGE_VIEWS.topic_spec,
-        "ORDERS": lambda: sources.ORDERS.topic_spec,
-        "ALL": lambda: tuple(s.topic_spec for s in sources.SOURCES),
-        "BY_NAME": lambda: {s.topic: s.topic_spec for s in sources.SOURCES},
-    }
-    return shop[name]()
+# Topics follow from the source declarations (schemas/sources.py).
+__getattr__ = from_sources(__name__, {
+    "PAGE_VIEWS": lambda s: s.PAGE_VIEWS.topic_spec,
+    "ORDERS": lambda s: s.ORDERS.topic_spec,
+    "ALL": lambda s: tuple(source.topic_spec for source in s.SOURCES),
+    "BY_NAME": lambda s: {source.topic: source.topic_spec for source in s.SOURCES},
+})

@@ -111,11 +111,6 @@ FLOWS: tuple[Flow, ...] = build_flows()
 BY_NAME = {flow.name: flow for flow in FLOWS}
 
 
-def flows_for_asset(asset: str) -> list[Flow]:
-    """The flows that together materialize one table asset, in order."""
-    return [flow for flow in FLOWS if flow.asset_name == asset]
-
-
 def asset_names() -> list[str]:
     """Table assets in dependency order."""
     return list(dict.fromkeys(flow.asset_name for flow in FLOWS))

@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from schemas.events import EventSchema
 from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
 from streaming.sinks import append_once
-from streaming.transforms.silver import to_quarantine, to_silver
+from streaming.transforms.silver import to_late_arrivals, to_quarantine, to_silver
 
 log = logging.getLogger(__name__)
 
@@ -56,24 +56,6 @@ class SilverBatchStats:
         if self.watermark_micros is None:
             return None
         return datetime.fromtimestamp(self.watermark_micros / 1e6, tz=timezone.utc).isoformat()
-
-
-def to_late_arrivals(valid: DataFrame, *, flow: str, table: str, event_time: str, watermark_micros: int) -> DataFrame:
-    """Valid events behind a flow's watermark: the flow and table that refused them, how late, where they are in Kafka."""
-    return valid.select(
-        F.lit(flow).alias("flow"),
-        F.lit(table).alias("table"),
-        "event_id",
-        F.col(event_time).alias("event_time"),
-        F.timestamp_micros(F.lit(watermark_micros)).alias("watermark"),
-        ((F.lit(watermark_micros) - F.unix_micros(event_time)) / 1000).cast("long").alias("lateness_ms"),
-        "topic",
-        "partition",
-        "offset",
-        "appended_at",
-        "ingested_at",
-        F.current_timestamp().alias("recorded_at"),
-    )
 
 
 class SilverWriter:

@@ -141,9 +141,10 @@ def parse_events(
          .otherwise(F.lit(reasons.IMPLAUSIBLE_TIMESTAMP)), implausible),
         (broken_rule.isNotNull(), reasons.CONTRACT_VIOLATION, broken_rule),
     ]
-    reason, detail = F, F
-    for cond, code, why in checks:
-        code = code if isinstance(code, Column) else F.lit(code)
+    codes = [(cond, code if isinstance(code, Column) else F.lit(code), why) for cond, code, why in checks]
+    (cond, code, why), rest = codes[0], codes[1:]
+    reason, detail = F.when(cond, code), F.when(cond, why)
+    for cond, code, why in rest:
         reason, detail = reason.when(cond, code), detail.when(cond, why)
     helpers = ["_utf8", "_parsed", "_single", "_object", *[f"_v_{f.name}" for f in schema.payload.fields]]
     return typed.select("*", reason.alias("reason"), detail.alias("detail")).drop(*helpers)
@@ -174,4 +175,22 @@ def to_quarantine(parsed: DataFrame, *, schema: EventSchema) -> DataFrame:
         "reason",
         "detail",
         F.current_timestamp().alias("quarantined_at"),
+    )
+
+
+def to_late_arrivals(valid: DataFrame, *, flow: str, table: str, event_time: str, watermark_micros: int) -> DataFrame:
+    """Valid events behind a flow's watermark: the flow and table that refused them, how late, where they are in Kafka."""
+    return valid.select(
+        F.lit(flow).alias("flow"),
+        F.lit(table).alias("table"),
+        "event_id",
+        F.col(event_time).alias("event_time"),
+        F.timestamp_micros(F.lit(watermark_micros)).alias("watermark"),
+        ((F.lit(watermark_micros) - F.unix_micros(event_time)) / 1000).cast("long").alias("lateness_ms"),
+        "topic",
+        "partition",
+        "offset",
+        "appended_at",
+        "ingested_at",
+        F.current_timestamp().alias("recorded_at"),
     )
