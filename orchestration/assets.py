@@ -110,7 +110,7 @@ def table_asset(main: Flow, docs: dict[str, str]) -> dg.AssetsDefinition:
     @dg.asset(
         name=main.asset_name,
         group_name=main.target.layer,
-        deps=[source_key(main.source)],
+        deps=[source_key(s) for s in main.sources],
         kinds={"delta", "spark"},
         description=f"{main.target.description} ({main.transform.__doc__.splitlines()[0]})",
         metadata={"keys": ", ".join(main.target.keys), "flows": main.name, "writes": writes},

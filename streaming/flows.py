@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 from pyspark.sql import DataFrame
 
@@ -18,20 +18,24 @@ from streaming.transforms.bronze import to_bronze
 from streaming.transforms.gold import to_gold_page_views_per_product_minute, to_gold_revenue_per_minute
 from streaming.transforms.silver import parse_events
 
-Source = TopicSpec | TableSpec
+Input = TopicSpec | TableSpec
+# Builds a flow's `(batch_df, batch_id)` function; the function keeps what it did in `.stats`.
+WriterFactory = Callable[["Flow", FlowContext], Any]
 
 
 @dataclass(frozen=True)
 class Flow:
-    """One query: source -> transform(**params) -> target.
+    """One query: source(s) -> transform(**params) -> target.
 
     `output` says how each micro-batch is written: appended by Delta's streaming sink, upserted on the
     target's keys, or handed to the flow's own `(batch_df, batch_id)` writer (silver: one parse written
-    to silver, quarantine and late arrivals).
+    to silver, quarantine and late arrivals; stateful gold: windows and joins merged under the flow's
+    own watermark, late rows to late arrivals). A flow with several sources gets one DataFrame per
+    source, in order, and its transform combines them into one stream.
     """
 
     name: str
-    source: Source
+    source: Input | tuple[TableSpec, ...]
     target: TableSpec
     transform: Callable[..., DataFrame]
     output: Literal["append", "upsert", "batch"] = "append"
@@ -40,6 +44,11 @@ class Flow:
     dedup_watermark: str | None = None           # the source's own dedup delay; None: the setting
     also_writes: tuple[TableSpec, ...] = ()      # tables the batch writer fills besides the target
     version: int = 1         # bump when the query changes incompatibly: it gets a fresh checkpoint
+    writer: WriterFactory | None = None          # output "batch": builds the (batch_df, batch_id) function
+
+    @property
+    def sources(self) -> tuple[Input, ...]:
+        return self.source if isinstance(self.source, tuple) else (self.source,)
 
     @property
     def asset_name(self) -> str:
@@ -50,21 +59,27 @@ class Flow:
         """Delta's txnAppId for this flow's idempotent writes; it carries the checkpoint's version."""
         return f"{self.name}-v{self.version}"
 
-    def apply(self, df: DataFrame, ctx: FlowContext) -> DataFrame:
-        return self.transform(df, **self.params(ctx))
+    def apply(self, *dfs: DataFrame, ctx: FlowContext) -> DataFrame:
+        return self.transform(*dfs, **self.params(ctx))
 
     def checkpoint(self, ctx: FlowContext) -> str:
         """Beside the table it feeds (same layer folder), one folder per flow and query version."""
         layer_root = f"{ctx.lake_root.rstrip('/')}/{self.target.layer}"
         return f"{layer_root}/_checkpoints/{self.target.name}/{self.name}/v{self.version}"
 
-    def batch_writer(self, ctx: FlowContext) -> SilverWriter:
+    def batch_writer(self, ctx: FlowContext) -> Any:
         """The `(batch_df, batch_id)` function of a flow whose output is "batch"."""
-        assert self.schema is not None, f"flow {self.name} has no schema to write silver with"
-        return SilverWriter(
-            flow=self.name, schema=self.schema, silver=self.target, lake_root=ctx.lake_root,
-            dedup_delay_micros=duration_micros(self.dedup_watermark or ctx.silver_dedup_watermark), app_id=self.app_id,
-        )
+        assert self.writer is not None, f"flow {self.name} writes batches but has no writer"
+        return self.writer(self, ctx)
+
+
+def silver_writer(flow: Flow, ctx: FlowContext) -> SilverWriter:
+    """Silver's writer: one parsed batch to silver, quarantine and late arrivals."""
+    assert flow.schema is not None, f"flow {flow.name} has no schema to write silver with"
+    return SilverWriter(
+        flow=flow.name, schema=flow.schema, silver=flow.target, lake_root=ctx.lake_root,
+        dedup_delay_micros=duration_micros(flow.dedup_watermark or ctx.silver_dedup_watermark), app_id=flow.app_id,
+    )
 
 
 def _gold(ctx: FlowContext) -> dict[str, str]:
@@ -84,7 +99,7 @@ def source_flows(source: Source) -> tuple[Flow, Flow]:
     silver = Flow(
         f"silver_{source.entity}", source.bronze_table, source.silver_table, parse_events, output="batch",
         params=parse_params, schema=schema, also_writes=(tables.QUARANTINE, tables.LATE_ARRIVALS),
-        dedup_watermark=source.dedup_watermark, version=2,
+        dedup_watermark=source.dedup_watermark, version=2, writer=silver_writer,
     )
     return bronze, silver
 
@@ -103,7 +118,7 @@ def build_flows(declared: tuple[Source, ...] = sources.SOURCES) -> tuple[Flow, .
     """Every flow: each source's bronze flows, then its silver flows, then the gold flows."""
     per_source = [source_flows(source) for source in declared]
     silver = {source.silver_table.name for source in declared}
-    gold = [flow for flow in GOLD_FLOWS if flow.source.name in silver]
+    gold = [flow for flow in GOLD_FLOWS if all(s.name in silver for s in flow.sources)]
     return (*(b for b, _ in per_source), *(s for _, s in per_source), *gold)
 
 

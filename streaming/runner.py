@@ -17,7 +17,7 @@ from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.flows import Flow
 from streaming.kafka_topics import KafkaUnreachable, admin_client
-from streaming.silver_batches import SilverBatchStats, SilverWriter
+from streaming.silver_batches import SilverBatchStats
 from streaming.sinks import upsert_batch
 from streaming.sources import read_delta_stream, read_kafka_stream
 
@@ -48,16 +48,18 @@ class KafkaLost(KafkaUnreachable):
 
 def start_flow(
     spark: SparkSession, flow: Flow, ctx: FlowContext, *, trigger: dict[str, Any] | None = None,
-    writer: SilverWriter | None = None,
+    writer: Any = None,
 ) -> StreamingQuery:
     """Start the flow's streaming query; `trigger` defaults to availableNow (catch up, then stop)."""
-    if isinstance(flow.source, TopicSpec):
-        # Spark's Kafka source retries an absent broker for a long time; say so at once instead.
-        admin_client(ctx.kafka_bootstrap)
-        source = read_kafka_stream(spark, flow.source, ctx)
-    else:
-        source = read_delta_stream(spark, flow.source, ctx)
-    out = flow.apply(source, ctx)
+    inputs = []
+    for source in flow.sources:
+        if isinstance(source, TopicSpec):
+            # Spark's Kafka source retries an absent broker for a long time; say so at once instead.
+            admin_client(ctx.kafka_bootstrap)
+            inputs.append(read_kafka_stream(spark, source, ctx))
+        else:
+            inputs.append(read_delta_stream(spark, source, ctx))
+    out = flow.apply(*inputs, ctx=ctx)
     path = flow.target.path(ctx.lake_root)
     query_writer = out.writeStream.queryName(flow.name).option("checkpointLocation", flow.checkpoint(ctx))
     query_writer = query_writer.trigger(**(trigger or {"availableNow": True}))
