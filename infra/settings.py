@@ -101,6 +101,27 @@ def _is_conf(value: Any) -> bool:
     )
 
 
+def _parse_pairs(text: str) -> dict[str, str]:
+    """`name=value;name=value` into a dict (values keep their inner spaces)."""
+    pairs: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        if "=" not in item:
+            raise ValueError(item)
+        key, value = item.split("=", 1)
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+_DURATION_RE = re.compile(r"[1-9]\d* (?:second|minute|hour|day)s?(?: [1-9]\d* (?:second|minute|hour|day)s?)*", re.I)
+
+
+def _is_watermarks(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and re.fullmatch(r"gold_\w+", k) and isinstance(v, str) and _DURATION_RE.fullmatch(v)
+        for k, v in value.items()
+    )
+
+
 def _is_path(value: Any) -> bool:
     return isinstance(value, str) and not any(c in value for c in "\0\n")
 
@@ -119,6 +140,9 @@ SPARK_MASTER = _matching(
 )
 BOOTSTRAP = _matching(_HOST_PORTS, "use host:port or a comma list of them, ports 1-65535")
 HOST = _matching(_HOST, "use a host name or an IP address")
+WATERMARKS = Rule(
+    'write it as flow=duration;flow=duration, e.g. "gold_sessions=1 hour;gold_order_payments=45 minutes"',
+    _parse_pairs, _is_watermarks)
 SPARK_CONF = Rule("write it as key=value;key=value with spark.* keys", _parse_conf, _is_conf)
 
 
@@ -202,7 +226,22 @@ class Settings:
     max_offsets_per_trigger: int = _setting(
         0, "Cap on Kafka records per micro-batch; 0 means no cap.", _integer(0, 1_000_000_000, " (no cap)"))
     silver_dedup_watermark: str = _setting("1 hour", "How long silver remembers event ids to drop duplicates.", DURATION)
-    gold_watermark: str = _setting("10 minutes", "How late an event may be and still count in gold windows.", DURATION)
+    gold_watermark: str = _setting(
+        "10 minutes", "How late an event may be and still count in a stateful gold flow (windows, sessions, joins); "
+        "later events go to late_arrivals.", DURATION)
+    gold_watermarks: Mapping[str, str] = _setting(
+        dict, "Per-flow watermark delays that override LAKEHOUSE_GOLD_WATERMARK: flow=duration;flow=duration.",
+        WATERMARKS)
+    hopping_window_size: str = _setting("15 minutes", "Length of the hopping revenue window.", DURATION)
+    hopping_window_slide: str = _setting("1 minute", "How often a new hopping revenue window starts.", DURATION)
+    sliding_window: str = _setting(
+        "30 minutes", "Look-back of the per-order sliding count of a customer's earlier orders.", DURATION)
+    sliding_threshold: int = _setting(
+        3, "A customer with at least this many orders in the sliding look-back before an order is flagged.",
+        _integer(1, 1_000_000))
+    session_gap: str = _setting("30 minutes", "Inactivity that ends a shopper's session.", DURATION)
+    payment_within: str = _setting("30 minutes", "How long after an order a payment still counts as its payment.",
+                                   DURATION)
     event_time_max_ahead: str = _setting(
         "1 day", "How far an event time may be ahead of the broker's append time before it is quarantined as implausible.",
         DURATION)

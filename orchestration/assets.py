@@ -112,7 +112,7 @@ def table_asset(main: Flow, docs: dict[str, str]) -> dg.AssetsDefinition:
         group_name=main.target.layer,
         deps=[source_key(s) for s in main.sources],
         kinds={"delta", "spark"},
-        description=f"{main.target.description} ({main.transform.__doc__.splitlines()[0]})",
+        description=f"{main.target.description} ({main.doc})",
         metadata={"keys": ", ".join(main.target.keys), "flows": main.name, "writes": writes},
     )
     def _table(

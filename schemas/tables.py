@@ -20,6 +20,8 @@ class TableSpec:
     keys: tuple[str, ...]                 # what makes a row unique
     partition_by: tuple[str, ...] = ()
     properties: Mapping[str, str] = field(default_factory=dict)
+    time_range: tuple[str, str] | None = None   # columns whose min and max give the event time the table covers
+    question: str = ""                    # the business question a gold table answers
 
     def path(self, lake_root: str) -> str:
         """Where the table lives: <lake_root>/<layer>/<name> (a folder or an object-store URI)."""
@@ -37,16 +39,45 @@ LATE_ARRIVALS = TableSpec(
     "Valid events that arrived behind a flow's watermark: the flow, event time, watermark, lateness, Kafka coordinates.",
     ("flow", "topic", "partition", "offset"),
 )
+WINDOW = ("window_start", "window_end")
+
 GOLD_REVENUE_PER_MINUTE = TableSpec(
-    "gold_revenue_per_minute", "gold", "Revenue per one-minute event-time window and currency.",
-    ("window_start", "currency"),
+    "gold_revenue_per_minute", "gold", "Revenue per one-minute event-time window and currency (tumbling).",
+    ("window_start", "currency"), time_range=WINDOW,
+    question="How much did we sell each minute, per currency?",
 )
 GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE = TableSpec(
-    "gold_page_views_per_product_minute", "gold", "Product-page views per one-minute event-time window and product.",
-    ("window_start", "product_id"),
+    "gold_page_views_per_product_minute", "gold", "Product-page views per one-minute event-time window and product (tumbling).",
+    ("window_start", "product_id"), time_range=WINDOW,
+    question="Which products are people looking at, minute by minute?",
+)
+GOLD_REVENUE_HOPPING = TableSpec(
+    "gold_revenue_hopping", "gold",
+    "Revenue over the last LAKEHOUSE_HOPPING_WINDOW_SIZE (15 minutes), a window every LAKEHOUSE_HOPPING_WINDOW_SLIDE (1 minute), per currency (hopping).",
+    ("window_start", "currency"), time_range=WINDOW,
+    question="What is our revenue over the last 15 minutes, refreshed every minute?",
+)
+GOLD_ORDER_VELOCITY = TableSpec(
+    "gold_order_velocity", "gold",
+    "Each order with the number of orders its customer placed in the sliding look-back before it, flagged at the threshold.",
+    ("order_id",), time_range=("ordered_at", "ordered_at"),
+    question="Which customers order unusually often (how many orders in the 30 minutes before each order)?",
+)
+GOLD_SESSIONS = TableSpec(
+    "gold_sessions", "gold",
+    "Shopper sessions (page views and orders with gaps under LAKEHOUSE_SESSION_GAP): start, end, pages, whether it ended in an order.",
+    ("customer_id", "session_start"), time_range=("session_start", "session_end"),
+    question="How long do shoppers browse, how many pages do they see, and which sessions end in an order?",
+)
+GOLD_ORDER_PAYMENTS = TableSpec(
+    "gold_order_payments", "gold",
+    "Orders joined with their payments within LAKEHOUSE_PAYMENT_WITHIN: matched pairs, unpaid orders, payments without an order.",
+    ("order_id", "payment_id"), time_range=("ordered_at", "paid_at"),
+    question="Which orders were paid within 30 minutes, which went unpaid, and which payments match no order?",
 )
 
-GOLD = (GOLD_REVENUE_PER_MINUTE, GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE)
+GOLD = (GOLD_REVENUE_PER_MINUTE, GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE, GOLD_REVENUE_HOPPING, GOLD_ORDER_VELOCITY,
+        GOLD_SESSIONS, GOLD_ORDER_PAYMENTS)
 
 
 # Bronze and silver tables follow from the source declarations (schemas/sources.py).

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
 _PART = re.compile(r"\s*(\d+)\s*(second|minute|hour|day|week)s?\s*", re.IGNORECASE)
@@ -25,7 +26,18 @@ class FlowContext:
     kafka_bootstrap: str
     silver_dedup_watermark: str = "1 hour"
     gold_watermark: str = "10 minutes"
+    gold_watermarks: Mapping[str, str] = field(default_factory=dict)   # per-flow overrides
+    hopping_window_size: str = "15 minutes"
+    hopping_window_slide: str = "1 minute"
+    sliding_window: str = "30 minutes"
+    sliding_threshold: int = 3
+    session_gap: str = "30 minutes"
+    payment_within: str = "30 minutes"
     event_time_floor: str = "2000-01-01T00:00:00Z"
     event_time_max_ahead: str = "1 day"
     max_offsets_per_trigger: int = 0        # 0: no cap
     max_files_per_trigger: int = 0          # 0: Delta's default
+
+    def watermark_for(self, flow: str) -> str:
+        """The watermark delay of a stateful gold flow: its override, else the gold default."""
+        return self.gold_watermarks.get(flow, self.gold_watermark)

@@ -15,7 +15,9 @@ from schemas.topics import TopicSpec
 from streaming.context import FlowContext, duration_micros
 from streaming.silver_batches import SilverWriter
 from streaming.transforms.bronze import to_bronze
-from streaming.transforms.gold import to_gold_page_views_per_product_minute, to_gold_revenue_per_minute
+from streaming.gold_batches import EventTimeWriter, StepFunction, add_partials
+from streaming.gold_steps import interval_join, join_state_rows, session_windows, sliding_counts
+from streaming.transforms import gold
 from streaming.transforms.silver import parse_events
 
 Input = TopicSpec | TableSpec
@@ -45,6 +47,13 @@ class Flow:
     also_writes: tuple[TableSpec, ...] = ()      # tables the batch writer fills besides the target
     version: int = 1         # bump when the query changes incompatibly: it gets a fresh checkpoint
     writer: WriterFactory | None = None          # output "batch": builds the (batch_df, batch_id) function
+    aggregate: Callable[..., DataFrame] | None = None   # stateful gold: the pure transform its writer applies
+    defined_by: Callable[..., object] | None = None     # what defines the table, for its description
+
+    @property
+    def doc(self) -> str:
+        """The first line of the docstring of what defines the table."""
+        return ((self.defined_by or self.aggregate or self.transform).__doc__ or self.name).splitlines()[0]
 
     @property
     def sources(self) -> tuple[Input, ...]:
@@ -82,10 +91,6 @@ def silver_writer(flow: Flow, ctx: FlowContext) -> SilverWriter:
     )
 
 
-def _gold(ctx: FlowContext) -> dict[str, str]:
-    return {"watermark": ctx.gold_watermark}
-
-
 def source_flows(source: Source) -> tuple[Flow, Flow]:
     """The bronze and silver flows a source declaration implies."""
     schema = source.schema
@@ -104,14 +109,65 @@ def source_flows(source: Source) -> tuple[Flow, Flow]:
     return bronze, silver
 
 
-# Gold tables are explicit flows, one transform each.
+# ---------------------------------------------------------------- gold
+# Gold tables are explicit flows, one transform each. Stateful ones run under their own watermark in
+# an EventTimeWriter, so late rows go to late_arrivals instead of vanishing inside Spark's operators.
+
+def passthrough(events: DataFrame) -> DataFrame:
+    """Silver rows as they are; the flow's writer does the rest, one micro-batch at a time."""
+    return events
+
+
+def stateful(
+    name: str, source: Input | tuple[TableSpec, ...], target: TableSpec, aggregate: Callable[..., DataFrame], *,
+    step: Callable[[FlowContext], StepFunction], params: Callable[[FlowContext], Mapping[str, object]] = lambda ctx: {},
+    transform: Callable[..., DataFrame] = passthrough, state_rows: Callable | None = None, version: int = 1,
+    defined_by: Callable[..., object] | None = None,
+) -> Flow:
+    """A gold flow whose writer keeps its own event-time watermark: `aggregate` then `step` per micro-batch."""
+
+    def writer(flow: Flow, ctx: FlowContext) -> EventTimeWriter:
+        kwargs = params(ctx)
+        return EventTimeWriter(
+            flow=flow.name, target=flow.target, lake_root=ctx.lake_root, event_time="occurred_at",
+            delay_micros=duration_micros(ctx.watermark_for(flow.name)), app_id=flow.app_id,
+            aggregate=lambda df: aggregate(df, **kwargs), step=step(ctx), state_rows=state_rows,
+        )
+
+    return Flow(name, source, target, transform, output="batch", writer=writer, aggregate=aggregate,
+                also_writes=(tables.LATE_ARRIVALS,), version=version, defined_by=defined_by)
+
+
+def _sums(keys: tuple[str, ...], sums: tuple[str, ...]) -> Callable[[FlowContext], StepFunction]:
+    return lambda ctx: add_partials(keys, sums)
+
+
+ORDERS, PAGE_VIEWS = sources.ORDERS.silver_table, sources.PAGE_VIEWS.silver_table
+
 GOLD_FLOWS: tuple[Flow, ...] = (
-    Flow("gold_revenue_per_minute", sources.ORDERS.silver_table, tables.GOLD_REVENUE_PER_MINUTE,
-         to_gold_revenue_per_minute, output="upsert", params=_gold),
-    Flow("gold_page_views_per_product_minute", sources.PAGE_VIEWS.silver_table,
-         tables.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE, to_gold_page_views_per_product_minute, output="upsert",
-         params=_gold),
+    # Version 2: merged under the flow's own watermark (v1 upserted Spark's windowed aggregation).
+    stateful("gold_revenue_per_minute", ORDERS, tables.GOLD_REVENUE_PER_MINUTE, gold.to_revenue_per_minute,
+             step=_sums(("window_start", "currency"), ("revenue_cents", "orders", "items")), version=2),
+    stateful("gold_page_views_per_product_minute", PAGE_VIEWS, tables.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE,
+             gold.to_page_views_per_product_minute, transform=gold.to_product_page_views,
+             step=_sums(("window_start", "product_id"), ("views",)), version=2),
+    stateful("gold_revenue_hopping", ORDERS, tables.GOLD_REVENUE_HOPPING, gold.to_revenue_hopping,
+             params=lambda ctx: {"size": ctx.hopping_window_size, "slide": ctx.hopping_window_slide},
+             step=_sums(("window_start", "currency"), ("revenue_cents", "orders"))),
+    stateful("gold_order_velocity", ORDERS, tables.GOLD_ORDER_VELOCITY, passthrough,
+             step=lambda ctx: sliding_counts(window_micros=duration_micros(ctx.sliding_window),
+                                             threshold=ctx.sliding_threshold), defined_by=gold.to_order_velocity),
+    stateful("gold_sessions", (PAGE_VIEWS, ORDERS), tables.GOLD_SESSIONS, passthrough,
+             transform=gold.to_activity_events,
+             step=lambda ctx: session_windows(gap_micros=duration_micros(ctx.session_gap)), defined_by=gold.to_sessions),
 )
+if hasattr(sources, "PAYMENTS"):
+    GOLD_FLOWS += (
+        stateful("gold_order_payments", (ORDERS, sources.PAYMENTS.silver_table), tables.GOLD_ORDER_PAYMENTS,
+                 passthrough, transform=gold.to_order_payment_events, state_rows=join_state_rows,
+                 step=lambda ctx: interval_join(within_micros=duration_micros(ctx.payment_within)),
+                 defined_by=interval_join),
+    )
 
 
 def build_flows(declared: tuple[Source, ...] = sources.SOURCES) -> tuple[Flow, ...]:

@@ -17,6 +17,7 @@ from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.flows import Flow
 from streaming.kafka_topics import KafkaUnreachable, admin_client
+from streaming.gold_batches import GoldBatchStats
 from streaming.silver_batches import SilverBatchStats
 from streaming.sinks import upsert_batch
 from streaming.sources import read_delta_stream, read_kafka_stream
@@ -40,6 +41,7 @@ class FlowRun:
     kafka_offsets: dict[str, dict[str, int]] = field(default_factory=dict)  # "topic/partition" -> from, to, count
     duration_s: float = 0.0
     silver: SilverBatchStats | None = None   # what a silver flow split off: quarantine, late, duplicates
+    gold: GoldBatchStats | None = None       # what a stateful gold flow merged, routed late, keeps in state
 
 
 class KafkaLost(KafkaUnreachable):
@@ -147,9 +149,12 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     run.input_rows = sum(int(p.numInputRows) for p in progress)
     run.kafka_offsets = _kafka_ranges(progress)
     run.delta_version = table_version(spark, path)
-    if writer is not None:
+    if isinstance(getattr(writer, "stats", None), SilverBatchStats):
         run.silver = writer.stats
         run.rows_written = writer.stats.silver
+    elif isinstance(getattr(writer, "stats", None), GoldBatchStats):
+        run.gold = writer.stats
+        run.rows_written = writer.stats.rows_written
     else:
         run.rows_written = rows_written_since(spark, path, before, query_id=str(query.id))
     run.duration_s = round(time.monotonic() - started, 2)

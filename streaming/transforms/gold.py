@@ -1,45 +1,110 @@
-"""Gold: event-time windows over silver, under a watermark; emitted as upserts keyed by window."""
+"""Gold: event-time windows, sessions and joins over silver; each answers one business question.
+
+These are pure transforms over the on-time rows of one micro-batch (or of a bounded replay): the
+stateful writer (`streaming/gold_batches.py`) routes late rows away under the flow's watermark first
+and merges what these return into the gold tables. The `to_*_events` transforms narrow or combine the
+silver streams into what a flow's writer receives.
+"""
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.window import Window
 
 MINUTE = "1 minute"
+# What late_arrivals needs of every row a stateful flow reads: identity, time and Kafka coordinates.
+LINEAGE = ("event_id", "occurred_at", "topic", "partition", "offset", "appended_at", "ingested_at")
 
 
-def to_gold_revenue_per_minute(orders: DataFrame, *, watermark: str) -> DataFrame:
-    """Revenue, order count and items per one-minute tumbling event-time window and currency."""
+def _window_columns(window: str = "window") -> list:
+    return [F.col(f"{window}.start").alias("window_start"), F.col(f"{window}.end").alias("window_end")]
+
+
+def to_revenue_per_minute(orders: DataFrame) -> DataFrame:
+    """Tumbling: revenue, orders and items per one-minute event-time window and currency."""
     return (
-        orders.withWatermark("occurred_at", watermark)
-        .groupBy(F.window("occurred_at", MINUTE).alias("window"), "currency")
-        .agg(
-            F.sum("total_cents").alias("revenue_cents"),
-            F.count("*").alias("orders"),
-            F.sum("item_count").alias("items"),
-        )
-        .select(
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "currency",
-            "revenue_cents",
-            "orders",
-            "items",
-        )
+        orders.groupBy(F.window("occurred_at", MINUTE).alias("window"), "currency")
+        .agg(F.sum("total_cents").alias("revenue_cents"), F.count("*").alias("orders"),
+             F.sum("item_count").alias("items"))
+        .select(*_window_columns(), "currency", "revenue_cents", "orders", "items")
     )
 
 
-def to_gold_page_views_per_product_minute(page_views: DataFrame, *, watermark: str) -> DataFrame:
-    """Views of each product's page per one-minute tumbling event-time window."""
+def to_page_views_per_product_minute(page_views: DataFrame) -> DataFrame:
+    """Tumbling: views of each product's page per one-minute event-time window."""
     return (
-        page_views.where(F.col("product_id").isNotNull())
-        .withWatermark("occurred_at", watermark)
-        .groupBy(F.window("occurred_at", MINUTE).alias("window"), "product_id")
+        page_views.groupBy(F.window("occurred_at", MINUTE).alias("window"), "product_id")
         .agg(F.count("*").alias("views"))
-        .select(
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "product_id",
-            "views",
-        )
+        .select(*_window_columns(), "product_id", "views")
     )
+
+
+def to_product_page_views(page_views: DataFrame) -> DataFrame:
+    """Page views of product pages only (the others name no product)."""
+    return page_views.where(F.col("product_id").isNotNull())
+
+
+def to_revenue_hopping(orders: DataFrame, *, size: str, slide: str) -> DataFrame:
+    """Hopping: revenue and orders over the last `size` of event time, one window starting every `slide`, per currency."""
+    return (
+        orders.groupBy(F.window("occurred_at", size, slide).alias("window"), "currency")
+        .agg(F.sum("total_cents").alias("revenue_cents"), F.count("*").alias("orders"))
+        .select(*_window_columns(), "currency", "revenue_cents", "orders")
+    )
+
+
+def to_order_velocity(orders: DataFrame, *, window_micros: int, threshold: int) -> DataFrame:
+    """Sliding, per event: for each order, the same customer's orders in the `window` before it, flagged at `threshold`.
+
+    A true per-event window: each order's own look-back [occurred_at - window, occurred_at), evaluated
+    over every order of the customer it is given (an order at the same instant is not before it).
+    """
+    t = F.unix_micros("ordered_at")
+    look_back = Window.partitionBy("customer_id").orderBy(t).rangeBetween(-window_micros, -1)
+    counted = orders.withColumn("orders_before", F.count(F.lit(1)).over(look_back))
+    return counted.withColumn("flagged", F.col("orders_before") >= F.lit(threshold))
+
+
+def to_sessions(activity: DataFrame, *, gap_micros: int) -> DataFrame:
+    """Session windows: a customer's activity intervals merged wherever the gap between them is under `gap`.
+
+    `activity` rows are intervals (session_start, session_end, page_views, orders): single events, or
+    sessions already in the table. Merging is associative, so the same sessions result in whatever
+    micro-batches the events came.
+    """
+    start, end = F.unix_micros("session_start"), F.unix_micros("session_end")
+    ordered = Window.partitionBy("customer_id").orderBy(start, end)
+    before = ordered.rowsBetween(Window.unboundedPreceding, -1)
+    grouped = (
+        activity.withColumn("_reach", F.max(end).over(before))
+        .withColumn("_new", F.coalesce(start - F.col("_reach") >= F.lit(gap_micros), F.lit(True)).cast("int"))
+        .withColumn("_session", F.sum("_new").over(ordered.rowsBetween(Window.unboundedPreceding, 0)))
+    )
+    return grouped.groupBy("customer_id", "_session").agg(
+        F.min("session_start").alias("session_start"),
+        F.max("session_end").alias("session_end"),
+        F.sum("page_views").alias("page_views"),
+        F.sum("orders").alias("orders"),
+    ).drop("_session")
+
+
+def to_activity_events(page_views: DataFrame, orders: DataFrame) -> DataFrame:
+    """A shopper's activity, one stream: page views and orders with their event time and Kafka coordinates."""
+    def side(df: DataFrame, kind: str) -> DataFrame:
+        return df.select("customer_id", F.lit(kind).alias("kind"), *LINEAGE)
+    return side(page_views, "page_view").unionByName(side(orders, "order"))
+
+
+def to_order_payment_events(orders: DataFrame, payments: DataFrame) -> DataFrame:
+    """Orders and payments as one stream, so a join sees both sides under one watermark."""
+    o = orders.select(
+        F.lit("order").alias("side"), "order_id", "customer_id", "total_cents", "currency",
+        F.lit(None).cast("string").alias("payment_id"), F.lit(None).cast("long").alias("amount_cents"),
+        F.lit(None).cast("string").alias("status"), *LINEAGE,
+    )
+    p = payments.select(
+        F.lit("payment").alias("side"), "order_id", "customer_id", F.lit(None).cast("long").alias("total_cents"),
+        "currency", "payment_id", "amount_cents", "status", *LINEAGE,
+    )
+    return o.unionByName(p)

@@ -1,0 +1,269 @@
+"""Stateful gold flows, one micro-batch at a time: the flow's own event-time watermark, late rows kept, state merged.
+
+Spark's stateful operators (windowed aggregations, stream-stream joins, session windows) drop an
+event behind the watermark with only a counter (`numRowsDroppedByWatermark`): the event vanishes
+from that table without a trace. So a stateful gold flow here runs as one `(batch_df, batch_id)`
+function, `EventTimeWriter`, that streaming passes to foreachBatch and the batch lane calls directly:
+
+1. the watermark is the newest event time the flow accepted before this batch minus the flow's
+   delay (`LAKEHOUSE_GOLD_WATERMARK`, or its own entry in `LAKEHOUSE_GOLD_WATERMARKS`), as Spark's;
+2. rows behind it go to `late_arrivals` with the flow, the watermark and the Kafka coordinates;
+3. the rest go to the flow's step, which merges them into its table (partial aggregates added to
+   windows, sessions re-merged, join state matched and evicted) under the same watermark;
+4. the new newest event time is saved last, in a one-row Delta table beside the flow's state.
+
+Each write carries Delta's (txnAppId, txnVersion): a batch replayed after a crash writes nothing
+twice and, because the watermark is saved last, sees the watermark it saw the first time. So every
+silver event is either counted in each gold table it feeds or listed in `late_arrivals` for that table.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable, Mapping
+
+from delta.tables import DeltaTable
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from schemas.tables import LATE_ARRIVALS, TableSpec
+from streaming.sinks import append_once, ensure_table
+from streaming.transforms.silver import to_late_arrivals
+
+log = logging.getLogger(__name__)
+
+_UNSET = object()
+
+
+def iso_micros(micros: int | None) -> str | None:
+    if micros is None:
+        return None
+    return datetime.fromtimestamp(micros / 1e6, tz=timezone.utc).isoformat()
+
+
+class StaleGoldTable(RuntimeError):
+    """A gold table holds rows from an earlier version of its flow, which a new version would count again."""
+
+
+@dataclass
+class GoldBatchStats:
+    """What a stateful gold writer did over the life of one query, for the asset's metadata."""
+
+    batches: int = 0
+    input_rows: int = 0
+    on_time: int = 0
+    late: int = 0
+    rows_written: int = 0                 # rows the step inserted or updated in its table
+    watermark_micros: int | None = None   # after the last batch
+    min_event_micros: int | None = None   # event-time range of the on-time rows this run
+    max_event_micros: int | None = None
+    state_rows: int | None = None         # rows the step keeps in state (join buffers), if any
+
+    @property
+    def watermark(self) -> str | None:
+        return iso_micros(self.watermark_micros)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a step gets besides its on-time rows: where to write, which batch, and the watermarks."""
+
+    spark: SparkSession
+    batch_id: int
+    app_id: str
+    lake_root: str
+    target: TableSpec
+    state_root: str
+    watermark: int | None         # before this batch: rows behind it were routed to late arrivals
+    watermark_after: int          # after this batch: what a join or a session may now close
+
+    @property
+    def target_path(self) -> str:
+        return self.target.path(self.lake_root)
+
+    def _once(self, tag: str) -> None:
+        # The query runs in its own cloned session, so these settings apply to this flow's next commit only.
+        conf = self.spark.conf
+        conf.set("spark.databricks.delta.write.txnAppId", f"{self.app_id}{tag}")
+        conf.set("spark.databricks.delta.write.txnVersion", str(self.batch_id))
+        conf.set("spark.databricks.delta.write.txnVersion.autoReset.enabled", "true")
+
+    def _done(self) -> None:
+        # A DML that changed nothing commits nothing and would leave the settings for an unrelated write.
+        for key in ("txnAppId", "txnVersion"):
+            self.spark.conf.unset(f"spark.databricks.delta.write.{key}")
+
+    def merge(self, source: DataFrame, *, on: str, matched: Mapping[str, str] | None = None,
+              delete_flag: str | None = None) -> int:
+        """MERGE `source` into the target once per (flow, batch); returns rows inserted + updated + deleted.
+
+        `matched` maps target columns to expressions over `t` (target) and `s` (source) for matched rows
+        (default: take the source's values). A source row whose boolean `delete_flag` column is true
+        deletes its match and is never inserted.
+        """
+        path = self.target_path
+        columns = [c for c in source.columns if c != delete_flag]
+        ensure_table(source.select(*columns), self.target, path)
+        self._once("")
+        merge = DeltaTable.forPath(self.spark, path).alias("t").merge(source.alias("s"), on)
+        if delete_flag:
+            merge = merge.whenMatchedDelete(f"s.`{delete_flag}`")
+        values = {c: f"s.`{c}`" for c in columns}
+        merge = merge.whenMatchedUpdate(set=dict(matched or values))
+        merge = merge.whenNotMatchedInsert(
+            condition=f"NOT s.`{delete_flag}`" if delete_flag else None, values=values)
+        try:
+            merge.execute()
+        finally:
+            self._done()
+        return _merged_rows(self.spark, path)
+
+    def update(self, condition: str, set: Mapping[str, str]) -> None:
+        """UPDATE the target where `condition` holds, once per (flow, batch)."""
+        if DeltaTable.isDeltaTable(self.spark, self.target_path):
+            self._once("-update")
+            try:
+                DeltaTable.forPath(self.spark, self.target_path).update(condition, dict(set))
+            finally:
+                self._done()
+
+    def save_state(self, rows: DataFrame, name: str) -> None:
+        """Replace the flow's state table `name` (a join's buffered rows), once per (flow, batch)."""
+        (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+         .option("txnAppId", f"{self.app_id}-{name}").option("txnVersion", str(self.batch_id))
+         .save(f"{self.state_root}/{name}"))
+
+    def read_state(self, name: str) -> DataFrame | None:
+        path = f"{self.state_root}/{name}"
+        if not DeltaTable.isDeltaTable(self.spark, path):
+            return None
+        return self.spark.read.format("delta").load(path)
+
+    def read_target(self) -> DataFrame | None:
+        if not DeltaTable.isDeltaTable(self.spark, self.target_path):
+            return None
+        return self.spark.read.format("delta").load(self.target_path)
+
+
+def _merged_rows(spark: SparkSession, path: str) -> int:
+    last = DeltaTable.forPath(spark, path).history(1).select("operation", "operationMetrics").first()
+    if last["operation"] != "MERGE":
+        return 0  # the batch had been merged before a crash: Delta skipped it
+    m = last["operationMetrics"] or {}
+    return sum(int(m.get(k, 0)) for k in ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted"))
+
+
+StepFunction = Callable[[DataFrame, Step], int]
+
+
+def on_keys(keys: tuple[str, ...]) -> str:
+    return " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+
+
+def add_partials(keys: tuple[str, ...], sums: tuple[str, ...]) -> StepFunction:
+    """A step that adds a batch's partial aggregates (sums and counts) to the matching rows of its table."""
+
+    def step(partials: DataFrame, at: Step) -> int:
+        return at.merge(partials, on=on_keys(keys), matched={c: f"t.`{c}` + s.`{c}`" for c in sums})
+
+    return step
+
+
+class EventTimeWriter:
+    """A `(batch_df, batch_id)` function for a stateful gold flow: own watermark, late rows kept, then the step."""
+
+    def __init__(
+        self, *, flow: str, target: TableSpec, lake_root: str, event_time: str, delay_micros: int, app_id: str,
+        aggregate: Callable[[DataFrame], DataFrame], step: StepFunction,
+        state_rows: Callable[[SparkSession, str], int] | None = None,
+    ):
+        self.flow = flow
+        self.target = target
+        self.lake_root = lake_root
+        self.event_time = event_time
+        self.delay = delay_micros
+        self.app_id = app_id
+        self.aggregate = aggregate
+        self.step = step
+        self.count_state = state_rows
+        self.state_root = f"{lake_root.rstrip('/')}/gold/_state/{app_id}"
+        self.watermark_path = f"{self.state_root}/watermark"
+        self.late_path = LATE_ARRIVALS.path(lake_root)
+        self.stats = GoldBatchStats()
+        self._max: object = _UNSET
+
+    def _saved_max(self, spark: SparkSession) -> int | None:
+        """The newest event time the flow accepted, as the last committed batch saved it."""
+        if DeltaTable.isDeltaTable(spark, self.watermark_path):
+            row = spark.read.format("delta").load(self.watermark_path).first()
+            return None if row is None else row["max_event_micros"]
+        target = self.target.path(self.lake_root)
+        if DeltaTable.isDeltaTable(spark, target) and spark.read.format("delta").load(target).limit(1).count():
+            raise StaleGoldTable(
+                f"{self.target.name} holds rows that an earlier version of flow {self.flow} wrote, and this version "
+                f"would count them again; delete {target} (it is rebuilt from silver) and run again."
+            )
+        return None
+
+    def _save_max(self, spark: SparkSession, max_micros: int, batch_id: int) -> None:
+        row = spark.createDataFrame(
+            [(max_micros, batch_id)], "max_event_micros BIGINT, batch_id BIGINT"
+        ).withColumn("saved_at", F.current_timestamp())
+        (row.write.format("delta").mode("overwrite")
+         .option("txnAppId", f"{self.app_id}-watermark").option("txnVersion", str(batch_id))
+         .save(self.watermark_path))
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        if self._max is _UNSET:
+            self._max = self._saved_max(spark)
+        max_before: int | None = self._max  # type: ignore[assignment]
+        watermark = None if max_before is None else max_before - self.delay
+        micros = F.unix_micros(F.col(self.event_time))
+        is_late = F.lit(False) if watermark is None else micros < F.lit(watermark)
+
+        batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            row = batch.agg(
+                F.count(F.lit(1)).alias("rows"),
+                F.count(F.when(is_late, 1)).alias("late"),
+                F.max(micros).alias("max"),
+                F.min(F.when(~is_late, micros)).alias("min_on_time"),
+            ).first()
+            rows, n_late, batch_max = row["rows"], row["late"], row["max"]
+            if n_late:
+                late = to_late_arrivals(batch.where(is_late), flow=self.flow, table=self.target.name,
+                                        event_time=self.event_time, watermark_micros=watermark)
+                append_once(late, self.late_path, app_id=f"{self.app_id}-late", batch_id=batch_id)
+                log.warning("flow %s: %d events behind the watermark %s went to late_arrivals",
+                            self.flow, n_late, iso_micros(watermark))
+            new_max = batch_max if max_before is None else max(max_before, batch_max or max_before)
+            written = 0
+            if rows - n_late:
+                at = Step(spark=spark, batch_id=batch_id, app_id=self.app_id, lake_root=self.lake_root,
+                          target=self.target, state_root=self.state_root, watermark=watermark,
+                          watermark_after=new_max - self.delay)
+                written = self.step(self.aggregate(batch.where(~is_late)), at)
+        finally:
+            batch.unpersist()
+        if new_max is not None:
+            # Saved last: a batch replayed after a crash finds the watermark it saw the first time.
+            self._save_max(spark, new_max, batch_id)
+            self._max = new_max
+
+        stats = self.stats
+        stats.batches += 1
+        stats.input_rows += rows
+        stats.late += n_late
+        stats.on_time += rows - n_late
+        stats.rows_written += written
+        if new_max is not None:
+            stats.watermark_micros = new_max - self.delay
+        if row["min_on_time"] is not None:
+            stats.min_event_micros = min(filter(None, (stats.min_event_micros, row["min_on_time"])))
+            stats.max_event_micros = new_max
+        if self.count_state is not None:
+            stats.state_rows = self.count_state(spark, self.state_root)
