@@ -14,6 +14,8 @@ from schemas.tables import TableSpec
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext, duration_micros
 from streaming.silver_batches import SilverWriter
+from streaming.dimension_batches import DimensionWriter
+from streaming.transforms.dimensions import to_dimension_changes
 from streaming.transforms.bronze import to_bronze
 from streaming.gold_batches import EventTimeWriter, StepFunction, add_partials
 from streaming.gold_steps import interval_join, join_state_rows, session_windows, sliding_counts
@@ -91,8 +93,24 @@ def silver_writer(flow: Flow, ctx: FlowContext) -> SilverWriter:
     )
 
 
-def source_flows(source: Source) -> tuple[Flow, Flow]:
-    """The bronze and silver flows a source declaration implies."""
+def dimension_flow(source: Source) -> Flow:
+    """dim_<entity>: the source's silver changes, read as a stream, applied as SCD2 versions per micro-batch."""
+    dim, table = source.dimension, source.dimension_table
+    assert dim is not None and table is not None, f"source {source.topic} declares no dimension"
+
+    def params(ctx: FlowContext) -> dict[str, object]:
+        return {"key": dim.key, "attributes": dim.attributes, "event_time": source.event_time}
+
+    def writer(flow: Flow, ctx: FlowContext) -> DimensionWriter:
+        return DimensionWriter(table=flow.target, lake_root=ctx.lake_root, key=dim.key, attributes=dim.attributes,
+                               app_id=flow.app_id, schema=source.dimension_schema)
+
+    return Flow(f"dim_{source.entity}", source.silver_table, table, to_dimension_changes, output="batch",
+                params=params, writer=writer)
+
+
+def source_flows(source: Source) -> tuple[Flow, ...]:
+    """The bronze and silver flows a source declaration implies, and its dimension flow if it declares one."""
     schema = source.schema
 
     def parse_params(ctx: FlowContext) -> dict[str, object]:
@@ -106,6 +124,8 @@ def source_flows(source: Source) -> tuple[Flow, Flow]:
         params=parse_params, schema=schema, also_writes=(tables.QUARANTINE, tables.LATE_ARRIVALS),
         dedup_watermark=source.dedup_watermark, version=2, writer=silver_writer,
     )
+    if source.dimension is not None:
+        return bronze, silver, dimension_flow(source)
     return bronze, silver
 
 
@@ -171,11 +191,12 @@ if hasattr(sources, "PAYMENTS"):
 
 
 def build_flows(declared: tuple[Source, ...] = sources.SOURCES) -> tuple[Flow, ...]:
-    """Every flow: each source's bronze flows, then its silver flows, then the gold flows."""
+    """Every flow: each source's bronze flows, then its silver flows, then dimensions, then the gold flows."""
     per_source = [source_flows(source) for source in declared]
-    silver = {source.silver_table.name for source in declared}
-    gold = [flow for flow in GOLD_FLOWS if all(s.name in silver for s in flow.sources)]
-    return (*(b for b, _ in per_source), *(s for _, s in per_source), *gold)
+    dims = [flow for flows in per_source for flow in flows[2:]]
+    available = {source.silver_table.name for source in declared} | {flow.target.name for flow in dims}
+    gold = [flow for flow in GOLD_FLOWS if all(s.name in available for s in flow.sources)]
+    return (*(f[0] for f in per_source), *(f[1] for f in per_source), *dims, *gold)
 
 
 FLOWS: tuple[Flow, ...] = build_flows()
