@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from collections import defaultdict
 from datetime import date, datetime, timedelta, timezone
@@ -24,7 +25,10 @@ from pyspark.sql.types import (
 from pyspark.testing import assertDataFrameEqual
 
 from streaming.transforms.bronze import to_bronze
-from streaming.transforms.gold import to_gold_page_views_per_product_minute, to_gold_revenue_per_minute
+from streaming.transforms.gold import (
+    to_order_velocity, to_page_views_per_product_minute, to_product_page_views, to_revenue_hopping,
+    to_revenue_per_minute, to_sessions,
+)
 from schemas.events import ORDERS_V1, PAGE_VIEWS_V1
 from streaming.transforms.silver import parse_events, to_quarantine, to_silver
 
@@ -439,7 +443,7 @@ def test_gold_revenue_per_minute_and_currency(spark):
         StructField("orders", LongType()),
         StructField("items", LongType()),
     ])
-    gold = to_gold_revenue_per_minute(spark.createDataFrame(orders, SILVER_ORDERS_SCHEMA), watermark="10 minutes")
+    gold = to_revenue_per_minute(spark.createDataFrame(orders, SILVER_ORDERS_SCHEMA))
     assertDataFrameEqual(gold, spark.createDataFrame(expected, expected_schema))
     assert len(expected) == 6
 
@@ -472,6 +476,73 @@ def test_gold_page_views_per_product_minute(spark):
         StructField("product_id", StringType()),
         StructField("views", LongType()),
     ])
-    gold = to_gold_page_views_per_product_minute(spark.createDataFrame(views, schema), watermark="10 minutes")
+    gold = to_page_views_per_product_minute(to_product_page_views(spark.createDataFrame(views, schema)))
     assertDataFrameEqual(gold, spark.createDataFrame(expected, expected_schema))
     assert sorted(n for *_, n in expected) == [1, 1, 1, 2]
+
+
+def test_hopping_revenue_counts_each_order_in_every_window_that_covers_it(spark):
+    """15-minute windows every minute: each window's revenue equals a plain-Python sum over the orders inside it."""
+    rng = random.Random(5)
+    base = utc("2026-05-01T10:00:00.000Z").replace(tzinfo=None)  # as Spark returns them (session time zone UTC)
+    orders = [(f"e-{i}", base + timedelta(seconds=rng.uniform(0, 1800)), rng.choice(["EUR", "USD"]),
+               rng.randrange(100, 5000), 1) for i in range(60)]
+    got = {(r.window_start, r.currency): (r.revenue_cents, r.orders) for r in to_revenue_hopping(
+        spark.createDataFrame(orders, SILVER_ORDERS_SCHEMA), size="15 minutes", slide="1 minute").collect()}
+    expected: dict[tuple[datetime, str], list[int]] = defaultdict(lambda: [0, 0])
+    for _, ts, currency, total, _ in orders:
+        first = minute_of(ts) - timedelta(minutes=14)
+        for k in range(15):
+            acc = expected[(first + timedelta(minutes=k), currency)]
+            acc[0] += total
+            acc[1] += 1
+    assert got == {key: tuple(v) for key, v in expected.items()}
+
+
+def test_the_sliding_count_is_per_event_over_the_look_back_before_each_order(spark):
+    """Each order's count equals, in plain Python, the customer's orders in [t - 30 min, t); flagged at the threshold."""
+    rng = random.Random(9)
+    base = utc("2026-05-01T10:00:00.000Z").replace(tzinfo=None)
+    orders = [(f"o-{i}", rng.choice(["c-1", "c-2", "c-3"]), base + timedelta(seconds=rng.randrange(0, 7200, 30)))
+              for i in range(80)]
+    df = spark.createDataFrame(orders, "order_id string, customer_id string, ordered_at timestamp")
+    got = {r.order_id: (r.orders_before, r.flagged)
+           for r in to_order_velocity(df, window_micros=30 * 60 * 10**6, threshold=4).collect()}
+    expected = {}
+    for oid, customer, t in orders:
+        n = sum(1 for _, c, u in orders if c == customer and t - timedelta(minutes=30) <= u < t)
+        expected[oid] = (n, n >= 4)
+    assert got == expected
+    assert any(flag for _, flag in expected.values()) and not all(flag for _, flag in expected.values())
+
+
+def test_sessions_merge_activity_with_gaps_under_the_gap_whatever_order_it_comes_in(spark):
+    """Sessions equal a plain-Python sweep; merging sessions already built with new events gives the same sessions."""
+    rng = random.Random(3)
+    base = utc("2026-05-01T10:00:00.000Z").replace(tzinfo=None)
+    events = [(rng.choice(["c-1", "c-2"]), base + timedelta(minutes=rng.randrange(0, 300)), rng.random() < 0.2)
+              for _ in range(70)]
+    expected = []
+    for customer in ("c-1", "c-2"):
+        current = None
+        for _, t, is_order in sorted(e for e in events if e[0] == customer):
+            if current and t - current[1] < timedelta(minutes=30):
+                current[1] = t
+                current[2 + is_order] += 1
+            else:
+                current = [t, t, int(not is_order), int(is_order)]
+                expected.append((customer, current))
+    expected = {(c, s[0]): (s[1], s[2], s[3]) for c, s in expected}
+    schema = "customer_id string, session_start timestamp, session_end timestamp, page_views long, orders long"
+    rows = [(c, t, t, int(not o), int(o)) for c, t, o in events]
+    gap = 30 * 60 * 10**6
+
+    def sessions(df):
+        return {(r.customer_id, r.session_start): (r.session_end, r.page_views, r.orders)
+                for r in to_sessions(df, gap_micros=gap).collect()}
+
+    assert sessions(spark.createDataFrame(rows, schema)) == expected
+    # In two parts: the sessions of the first half, merged with the events of the second.
+    first = to_sessions(spark.createDataFrame(rows[::2], schema), gap_micros=gap)
+    assert sessions(first.unionByName(spark.createDataFrame(rows[1::2], schema))) == expected
+    assert len(expected) > 4
