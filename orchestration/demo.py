@@ -17,7 +17,7 @@ from infra.settings import Settings
 from infra.spark import get_spark, stop_spark
 from orchestration import runs
 from orchestration.sql import format_table, run_sql
-from schemas import tables, topics
+from schemas import sources, tables, topics
 from streaming.generator import Mix, ShopGenerator
 from streaming.producer import ProduceReport, produce
 
@@ -28,10 +28,8 @@ ORDER BY window_start DESC, currency
 LIMIT 8
 """.strip()
 
-ENTITIES = (
-    (topics.PAGE_VIEWS, tables.BRONZE_PAGE_VIEWS, tables.SILVER_PAGE_VIEWS),
-    (topics.ORDERS, tables.BRONZE_ORDERS, tables.SILVER_ORDERS),
-)
+# Every declared source, the dimensions' changelogs too (their silver balances like any other).
+ENTITIES = tuple((source.topic_spec, source.bronze_table, source.silver_table) for source in sources.SOURCES)
 
 
 class DemoFailed(RuntimeError):

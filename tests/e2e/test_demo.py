@@ -39,8 +39,9 @@ def test_demo_runs_end_to_end_and_accounts_for_every_record(jars_dir, tmp_path):
     assert injected, out
     duplicates, malformed = map(int, injected.groups())
     number = r"\s+\|\s+(\d+)"
-    rows = re.findall(r"^\s+(page_views|orders)" + number * 5 + r"\s+\|\s+(\w+)", out, re.M)
-    assert {r[0] for r in rows} == {"page_views", "orders"}
+    entities = {"page_views", "orders", "payments", "products", "customers"}
+    rows = re.findall(r"^\s+(" + "|".join(entities) + ")" + number * 5 + r"\s+\|\s+(\w+)", out, re.M)
+    assert {r[0] for r in rows} == entities
     counts = [tuple(map(int, r[1:6])) for r in rows]
     assert sum(c[0] for c in counts) == 600                       # bronze holds every record produced
     assert all(b == s + q + late + d for b, s, q, late, d in counts)  # each layer balances
