@@ -10,7 +10,7 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from schemas import tables, topics
+from schemas import sources, tables, topics
 from streaming.context import FlowContext
 from streaming.flows import FLOWS
 from streaming.generator import Mix, generate
@@ -56,10 +56,7 @@ def test_the_mix_has_every_kind_of_fault(run):
 def test_bronze_holds_exactly_each_record_once(spark, run):
     """Bronze has N rows whose (topic, partition, offset) are unique and equal the broker's delivery reports."""
     records, report, ctx, _ = run
-    rows = (
-        read(spark, ctx, tables.BRONZE_PAGE_VIEWS).unionByName(read(spark, ctx, tables.BRONZE_ORDERS))
-        .select("topic", "partition", "offset").collect()
-    )
+    rows = [r for s in sources.SOURCES for r in read(spark, ctx, s.bronze_table).select("topic", "partition", "offset").collect()]
     coords = [(r.topic, r.partition, r.offset) for r in rows]
     assert len(coords) == N
     assert len(set(coords)) == N
@@ -113,16 +110,16 @@ def test_quarantine_has_every_bad_record_with_its_reason(spark, run):
 def test_every_bronze_record_is_accounted_for(spark, run):
     """bronze = silver + quarantine + late arrivals + duplicates, and the duplicates dropped are those produced."""
     records, _, ctx, flow_runs = run
-    bronze = read(spark, ctx, tables.BRONZE_ORDERS).count() + read(spark, ctx, tables.BRONZE_PAGE_VIEWS).count()
-    silver = read(spark, ctx, tables.SILVER_ORDERS).count() + read(spark, ctx, tables.SILVER_PAGE_VIEWS).count()
+    bronze = sum(read(spark, ctx, s.bronze_table).count() for s in sources.SOURCES)
+    silver = sum(read(spark, ctx, s.silver_table).count() for s in sources.SOURCES)
     quarantine = read(spark, ctx, tables.QUARANTINE).count()
     duplicates = sum(r.kind == "duplicate" for r in records)
     # One catch-up batch per flow: nothing is behind the dedup watermark, so there is no late_arrivals table.
     assert not DeltaTable.isDeltaTable(spark, tables.LATE_ARRIVALS.path(ctx.lake_root))
     assert bronze - silver - quarantine == duplicates
     # The runner's own accounting agrees with the table contents.
-    assert flow_runs["bronze_orders"].rows_written + flow_runs["bronze_page_views"].rows_written == bronze
-    splits = [flow_runs["silver_orders"].silver, flow_runs["silver_page_views"].silver]
+    assert sum(flow_runs[f"bronze_{s.entity}"].rows_written for s in sources.SOURCES) == bronze
+    splits = [flow_runs[f"silver_{s.entity}"].silver for s in sources.SOURCES]
     assert sum(s.quarantined for s in splits) == quarantine
     assert sum(s.duplicates for s in splits) == duplicates
     assert sum(s.silver for s in splits) == silver
