@@ -3,6 +3,7 @@
 import dagster as dg
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from batch.catalog import read_table
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
@@ -101,7 +102,33 @@ def _table_metadata(main: FlowRun, table_df: DataFrame, path: str, docs: dict[st
         metadata["quarantine_reasons"] = dg.MetadataValue.json(dict(sorted(split.reasons.items())))
         if split.watermark:
             metadata["dedup_watermark"] = split.watermark
+    if (gold := main.gold) is not None:
+        metadata["late_arrivals"] = gold.late
+        metadata["watermark"] = gold.watermark or "none yet (no event read)"
+        if gold.state_rows is not None:
+            metadata["state_rows"] = gold.state_rows
+    if main.commits:
+        metadata["delta_commits_this_run"] = dg.MetadataValue.json(main.commits)
     return metadata
+
+
+def _event_time_range(table_df: DataFrame, table: TableSpec) -> dict[str, object]:
+    """The event time a table covers, from its time columns."""
+    if table.time_range is None:
+        return {}
+    first, last = table.time_range
+    row = table_df.agg(F.min(first).alias("a"), F.max(last).alias("b")).first()
+    if row["a"] is None:
+        return {}
+    return {"event_time_from": str(row["a"]), "event_time_to": str(row["b"])}
+
+
+def _late_total(spark, flow: Flow, lake_root: str) -> dict[str, object]:
+    """Rows this flow has ever sent to late_arrivals (the run's own count is `late_arrivals`)."""
+    path = LATE_ARRIVALS.path(lake_root)
+    if not DeltaTable.isDeltaTable(spark, path):
+        return {"late_arrivals_total": 0}
+    return {"late_arrivals_total": read_table(spark, LATE_ARRIVALS, lake_root).where(F.col("flow") == flow.name).count()}
 
 
 def table_asset(main: Flow, docs: dict[str, str]) -> dg.AssetsDefinition:
@@ -112,7 +139,8 @@ def table_asset(main: Flow, docs: dict[str, str]) -> dg.AssetsDefinition:
         group_name=main.target.layer,
         deps=[source_key(s) for s in main.sources],
         kinds={"delta", "spark"},
-        description=f"{main.target.description} ({main.doc})",
+        description=f"{main.target.description} ({main.doc})"
+                    + (f" Answers: {main.target.question}" if main.target.question else ""),
         metadata={"keys": ", ".join(main.target.keys), "flows": main.name, "writes": writes},
     )
     def _table(
@@ -127,7 +155,11 @@ def table_asset(main: Flow, docs: dict[str, str]) -> dg.AssetsDefinition:
         for side in main.also_writes:
             if (observed := _side_table_metadata(session, side, ctx.lake_root)) is not None:
                 context.log_event(dg.AssetObservation(asset_key=side.name, metadata=observed))
-        return dg.MaterializeResult(metadata=_table_metadata(run, table_df, main.target.path(ctx.lake_root), docs))
+        metadata = _table_metadata(run, table_df, main.target.path(ctx.lake_root), docs)
+        if run.gold is not None:
+            metadata.update(_event_time_range(table_df, main.target))
+            metadata.update(_late_total(session, main, ctx.lake_root))
+        return dg.MaterializeResult(metadata=metadata)
 
     return _table
 

@@ -208,6 +208,16 @@ class EventTimeWriter:
             )
         return None
 
+    def settle(self, spark: SparkSession) -> None:
+        """Fill in the watermark and state size for a run that had nothing new to read."""
+        if self._max is _UNSET:
+            if DeltaTable.isDeltaTable(spark, self.watermark_path):
+                self._max = self._saved_max(spark)
+        if self.stats.watermark_micros is None and isinstance(self._max, int):
+            self.stats.watermark_micros = self._max - self.delay
+        if self.count_state is not None and self.stats.state_rows is None:
+            self.stats.state_rows = self.count_state(spark, self.state_root)
+
     def _save_max(self, spark: SparkSession, max_micros: int, batch_id: int) -> None:
         row = spark.createDataFrame(
             [(max_micros, batch_id)], "max_event_micros BIGINT, batch_id BIGINT"

@@ -42,6 +42,7 @@ class FlowRun:
     duration_s: float = 0.0
     silver: SilverBatchStats | None = None   # what a silver flow split off: quarantine, late, duplicates
     gold: GoldBatchStats | None = None       # what a stateful gold flow merged, routed late, keeps in state
+    commits: dict[str, str] = field(default_factory=dict)  # Delta version -> what that commit of the run did
 
 
 class KafkaLost(KafkaUnreachable):
@@ -101,6 +102,31 @@ def rows_written_since(spark: SparkSession, path: str, after_version: int | None
     return total
 
 
+_SAID = {
+    "CREATE TABLE": "created the table, empty, with its schema (the data follows in the next versions)",
+    "WRITE": "appended a micro-batch", "STREAMING UPDATE": "appended a micro-batch",
+    "MERGE": "merged a micro-batch", "UPDATE": "updated rows the watermark closed", "DELETE": "deleted rows",
+    "OPTIMIZE": "compacted files",
+}
+
+
+def commits_since(spark: SparkSession, path: str, after_version: int | None) -> dict[str, str]:
+    """What each commit after `after_version` did, in words: why a first run's data is at version 1, not 0."""
+    if not DeltaTable.isDeltaTable(spark, path):
+        return {}
+    history = DeltaTable.forPath(spark, path).history()
+    if after_version is not None:
+        history = history.where(history.version > after_version)
+    said = {}
+    for row in history.select("version", "operation", "operationMetrics").orderBy("version").collect():
+        metrics = row["operationMetrics"] or {}
+        rows = sum(int(metrics.get(n, 0)) for n in ("numOutputRows", "numTargetRowsInserted", "numTargetRowsUpdated")
+                   if row["operation"] != "MERGE" or n != "numOutputRows")
+        words = _SAID.get(row["operation"], row["operation"].lower())
+        said[str(row["version"])] = f"{row['operation']}: {words}" + (f", {rows} rows" if rows else "")
+    return said
+
+
 def _kafka_ranges(progress: list[Any]) -> dict[str, dict[str, int]]:
     first: dict[str, int] = {}
     last: dict[str, int] = {}
@@ -129,8 +155,8 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     path = flow.target.path(ctx.lake_root)
     started = time.monotonic()
     writer = flow.batch_writer(ctx) if flow.output == "batch" else None
-    # A Delta sink's rows are counted from the history after this version; the silver writer counts its own.
-    before = table_version(spark, path) if writer is None else None
+    # A Delta sink's rows are counted from the history after this version; batch writers count their own.
+    before = table_version(spark, path)
     query = start_flow(spark, flow, ctx, writer=writer)
     watchdog = BrokerWatchdog(query, ctx.kafka_bootstrap) if isinstance(flow.source, TopicSpec) else None
     try:
@@ -149,10 +175,12 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     run.input_rows = sum(int(p.numInputRows) for p in progress)
     run.kafka_offsets = _kafka_ranges(progress)
     run.delta_version = table_version(spark, path)
+    run.commits = commits_since(spark, path, before)
     if isinstance(getattr(writer, "stats", None), SilverBatchStats):
         run.silver = writer.stats
         run.rows_written = writer.stats.silver
     elif isinstance(getattr(writer, "stats", None), GoldBatchStats):
+        writer.settle(spark)
         run.gold = writer.stats
         run.rows_written = writer.stats.rows_written
     else:
