@@ -76,8 +76,15 @@ GOLD_ORDER_PAYMENTS = TableSpec(
     question="Which orders were paid within 30 minutes, which went unpaid, and which payments match no order?",
 )
 
+GOLD_PROCESSING_DELAY = TableSpec(
+    "gold_processing_delay", "gold",
+    "Per minute of event time and topic: p50, p95 and max of the event -> send, send -> broker append and append -> lake ingest delays, in ms.",
+    ("minute", "topic"), time_range=("minute", "minute_end"),
+    question="Where does an event's time go between happening and landing in the lake?",
+)
+
 GOLD = (GOLD_REVENUE_PER_MINUTE, GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE, GOLD_REVENUE_HOPPING, GOLD_ORDER_VELOCITY,
-        GOLD_SESSIONS, GOLD_ORDER_PAYMENTS)
+        GOLD_SESSIONS, GOLD_ORDER_PAYMENTS, GOLD_PROCESSING_DELAY)
 
 
 # Bronze and silver tables follow from the source declarations (schemas/sources.py).

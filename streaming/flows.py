@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from schemas import sources, tables
 from schemas.events import EventSchema
@@ -17,7 +18,7 @@ from streaming.silver_batches import SilverWriter
 from streaming.dimension_batches import DimensionWriter
 from streaming.transforms.dimensions import to_dimension_changes
 from streaming.transforms.bronze import to_bronze
-from streaming.gold_batches import EventTimeWriter, StepFunction, add_partials
+from streaming.gold_batches import EventTimeWriter, RecomputeWriter, StepFunction, add_partials
 from streaming.gold_steps import interval_join, join_state_rows, session_windows, sliding_counts
 from streaming.transforms import gold
 from streaming.transforms.silver import parse_events
@@ -180,6 +181,21 @@ GOLD_FLOWS: tuple[Flow, ...] = (
     stateful("gold_sessions", (PAGE_VIEWS, ORDERS), tables.GOLD_SESSIONS, passthrough,
              transform=gold.to_activity_events,
              step=lambda ctx: session_windows(gap_micros=duration_micros(ctx.session_gap)), defined_by=gold.to_sessions),
+)
+def delay_writer(flow: Flow, ctx: FlowContext) -> RecomputeWriter:
+    """gold_processing_delay's writer: the minutes a batch touches, recomputed from every silver table it reads."""
+    return RecomputeWriter(
+        target=flow.target, lake_root=ctx.lake_root, app_id=flow.app_id,
+        silver_paths=[s.path(ctx.lake_root) for s in flow.sources], narrow=gold.to_delay_events,
+        compute=gold.to_processing_delay, keys=("minute", "topic"),
+        bucket=lambda df: df.withColumn("minute", F.date_trunc("minute", "occurred_at")),
+    )
+
+
+EVENT_SOURCES = tuple(s.silver_table for s in sources.SOURCES if getattr(s, "dimension", None) is None)
+GOLD_FLOWS += (
+    Flow("gold_processing_delay", EVENT_SOURCES, tables.GOLD_PROCESSING_DELAY, gold.to_delay_events, output="batch",
+         writer=delay_writer, aggregate=gold.to_processing_delay),
 )
 if hasattr(sources, "PAYMENTS"):
     GOLD_FLOWS += (

@@ -277,3 +277,43 @@ class EventTimeWriter:
             stats.max_event_micros = new_max
         if self.count_state is not None:
             stats.state_rows = self.count_state(spark, self.state_root)
+
+
+class RecomputeWriter:
+    """A `(batch_df, batch_id)` function for a gold table of non-additive figures (percentiles) per time bucket.
+
+    Percentiles cannot be merged from partials, so each batch recomputes the buckets it touches from
+    the silver tables, which already hold the batch, and upserts them once per batch id. No event is
+    late for such a table: a bucket is recomputed whenever an event for it arrives.
+    """
+
+    def __init__(self, *, target: TableSpec, lake_root: str, app_id: str, silver_paths: list[str],
+                 narrow: Callable[..., DataFrame], compute: Callable[[DataFrame], DataFrame], keys: tuple[str, ...],
+                 bucket: Callable[[DataFrame], DataFrame]):
+        self.target, self.lake_root, self.app_id = target, lake_root, app_id
+        self.silver_paths, self.narrow, self.compute, self.keys, self.bucket = silver_paths, narrow, compute, keys, bucket
+        self.stats = GoldBatchStats()
+
+    def settle(self, spark: SparkSession) -> None:
+        """Nothing to fill in: the table has no watermark or state."""
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        touched = self.bucket(batch).select(*self.keys, "event_date").distinct().collect()
+        if not touched:
+            return
+        keys = F.broadcast(spark.createDataFrame(touched).drop("event_date").distinct())
+        dates = sorted({r["event_date"] for r in touched})
+        silver = self.narrow(*[
+            spark.read.format("delta").load(p).where(F.col("event_date").isin(dates))
+            for p in self.silver_paths if DeltaTable.isDeltaTable(spark, p)
+        ])
+        fresh = self.compute(self.bucket(silver).join(keys, list(self.keys), "left_semi"))
+        at = Step(spark=spark, batch_id=batch_id, app_id=self.app_id, lake_root=self.lake_root, target=self.target,
+                  state_root="", watermark=None, watermark_after=0)
+        written = at.merge(fresh, on=on_keys(self.keys))
+        stats = self.stats
+        stats.batches += 1
+        stats.input_rows += batch.count()
+        stats.on_time = stats.input_rows
+        stats.rows_written += written

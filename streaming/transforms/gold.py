@@ -108,3 +108,36 @@ def to_order_payment_events(orders: DataFrame, payments: DataFrame) -> DataFrame
         "currency", "payment_id", "amount_cents", "status", *LINEAGE,
     )
     return o.unionByName(p)
+
+
+# The three hops of an event's trip, each between two of its timestamps.
+DELAY_STAGES = {
+    "event_to_send": ("occurred_at", "sent_at"),       # producer: how long before it was sent
+    "send_to_append": ("sent_at", "appended_at"),      # network and broker
+    "append_to_ingest": ("appended_at", "ingested_at"),  # the lake: how long the log waited for bronze
+}
+
+
+def to_delay_events(*silvers: DataFrame) -> DataFrame:
+    """Every silver event's topic, id and four timestamps, from all the sources given, as one stream."""
+    columns = ("topic", "event_id", "occurred_at", "sent_at", "appended_at", "ingested_at", "event_date")
+    out = silvers[0].select(*columns)
+    for more in silvers[1:]:
+        out = out.unionByName(more.select(*columns))
+    return out
+
+
+def to_processing_delay(events: DataFrame) -> DataFrame:
+    """Per minute of event time and topic: p50, p95 and max of the event -> send -> broker append -> lake ingest delays (ms)."""
+    aggs = [F.count(F.lit(1)).alias("events")]
+    for stage, (start, end) in DELAY_STAGES.items():
+        ms = (F.unix_micros(end) - F.unix_micros(start)) / 1000.0
+        aggs += [
+            F.percentile(ms, F.lit(0.5)).alias(f"{stage}_p50_ms"),
+            F.percentile(ms, F.lit(0.95)).alias(f"{stage}_p95_ms"),
+            F.max(ms).alias(f"{stage}_max_ms"),
+        ]
+    return (
+        events.groupBy(F.date_trunc("minute", "occurred_at").alias("minute"), "topic").agg(*aggs)
+        .withColumn("minute_end", F.col("minute") + F.expr("INTERVAL 1 MINUTE"))
+    )
