@@ -137,7 +137,7 @@ def table_asset(main: Flow, docs: dict[str, str]) -> dg.AssetsDefinition:
     @dg.asset(
         name=main.asset_name,
         group_name=main.target.layer,
-        deps=[source_key(s) for s in main.sources],
+        deps=[source_key(s) for s in (*main.sources, *main.lookups)],
         kinds={"delta", "spark"},
         description=f"{main.target.description} ({main.doc})"
                     + (f" Answers: {main.target.question}" if main.target.question else ""),

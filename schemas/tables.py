@@ -83,8 +83,28 @@ GOLD_PROCESSING_DELAY = TableSpec(
     question="Where does an event's time go between happening and landing in the lake?",
 )
 
+GOLD_CATEGORY_REVENUE_PER_MINUTE = TableSpec(
+    "gold_category_revenue_per_minute", "gold",
+    "Revenue per one-minute event-time window, product category (as of the order's time) and currency (tumbling).",
+    ("window_start", "category", "currency"), time_range=WINDOW,
+    question="Which product categories sell, minute by minute?",
+)
+GOLD_ORDER_LINES_ENRICHED = TableSpec(
+    "gold_order_lines_enriched", "gold",
+    "Order lines with the product's category and list price and the customer's tier and country as they were at the order's time.",
+    ("order_id", "line_no"), time_range=("ordered_at", "ordered_at"),
+    question="What did each product cost and which tier was the customer in when the order was placed?",
+)
+GOLD_PAGE_VIEWS_ENRICHED = TableSpec(
+    "gold_page_views_enriched", "gold",
+    "Page views with the product's category and list price and the customer's tier as they were at the view's time.",
+    ("event_id",), time_range=("occurred_at", "occurred_at"),
+    question="Which tiers of customers look at which categories, at the prices then shown?",
+)
+
 GOLD = (GOLD_REVENUE_PER_MINUTE, GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE, GOLD_REVENUE_HOPPING, GOLD_ORDER_VELOCITY,
-        GOLD_SESSIONS, GOLD_ORDER_PAYMENTS, GOLD_PROCESSING_DELAY)
+        GOLD_SESSIONS, GOLD_ORDER_PAYMENTS, GOLD_PROCESSING_DELAY, GOLD_CATEGORY_REVENUE_PER_MINUTE,
+        GOLD_ORDER_LINES_ENRICHED, GOLD_PAGE_VIEWS_ENRICHED)
 
 
 # Bronze and silver tables follow from the source declarations (schemas/sources.py).

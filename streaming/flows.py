@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -18,7 +19,8 @@ from streaming.silver_batches import SilverWriter
 from streaming.dimension_batches import DimensionWriter
 from streaming.transforms.dimensions import to_dimension_changes
 from streaming.transforms.bronze import to_bronze
-from streaming.gold_batches import EventTimeWriter, RecomputeWriter, StepFunction, add_partials
+from streaming.gold_batches import EventTimeWriter, RecomputeWriter, StepFunction, UpsertWriter, add_partials
+from streaming.transforms.dimensions import enrich_as_of
 from streaming.gold_steps import interval_join, join_state_rows, session_windows, sliding_counts
 from streaming.transforms import gold
 from streaming.transforms.silver import parse_events
@@ -52,6 +54,7 @@ class Flow:
     writer: WriterFactory | None = None          # output "batch": builds the (batch_df, batch_id) function
     aggregate: Callable[..., DataFrame] | None = None   # stateful gold: the pure transform its writer applies
     defined_by: Callable[..., object] | None = None     # what defines the table, for its description
+    lookups: tuple[TableSpec, ...] = ()                 # tables read whole at each batch (dimensions, as of)
 
     @property
     def doc(self) -> str:
@@ -143,7 +146,7 @@ def stateful(
     name: str, source: Input | tuple[TableSpec, ...], target: TableSpec, aggregate: Callable[..., DataFrame], *,
     step: Callable[[FlowContext], StepFunction], params: Callable[[FlowContext], Mapping[str, object]] = lambda ctx: {},
     transform: Callable[..., DataFrame] = passthrough, state_rows: Callable | None = None, version: int = 1,
-    defined_by: Callable[..., object] | None = None,
+    defined_by: Callable[..., object] | None = None, lookups: tuple[TableSpec, ...] = (),
 ) -> Flow:
     """A gold flow whose writer keeps its own event-time watermark: `aggregate` then `step` per micro-batch."""
 
@@ -152,11 +155,65 @@ def stateful(
         return EventTimeWriter(
             flow=flow.name, target=flow.target, lake_root=ctx.lake_root, event_time="occurred_at",
             delay_micros=duration_micros(ctx.watermark_for(flow.name)), app_id=flow.app_id,
-            aggregate=lambda df: aggregate(df, **kwargs), step=step(ctx), state_rows=state_rows,
+            aggregate=lambda df: aggregate(df, **kwargs, **as_of(df, ctx, lookups)), step=step(ctx),
+            state_rows=state_rows,
         )
 
     return Flow(name, source, target, transform, output="batch", writer=writer, aggregate=aggregate,
-                also_writes=(tables.LATE_ARRIVALS,), version=version, defined_by=defined_by)
+                also_writes=(tables.LATE_ARRIVALS,), version=version, defined_by=defined_by, lookups=lookups)
+
+
+def as_of(df: DataFrame, ctx: FlowContext, lookups: tuple[TableSpec, ...]) -> dict[str, DataFrame]:
+    """The dimension tables a batch is enriched with, read whole: every version, so the join can pick by event time."""
+    spark = df.sparkSession
+    found = {}
+    for table in lookups:
+        path = table.path(ctx.lake_root)
+        if not DeltaTable.isDeltaTable(spark, path):
+            raise MissingDimension(f"{table.name} does not exist yet; materialize it before the gold tables that "
+                                   f"read it (lakehouse run {table.name}).")
+        found[table.name] = spark.read.format("delta").load(path)
+    return found
+
+
+class MissingDimension(RuntimeError):
+    """A gold flow needs a dimension table that has not been built yet."""
+
+
+PRODUCT_ATTRIBUTES = {"category": "category", "list_price_cents": "list_price_cents"}
+CUSTOMER_ATTRIBUTES = {"tier": "customer_tier", "country": "customer_country"}
+
+
+def to_category_revenue(orders: DataFrame, *, dim_products: DataFrame) -> DataFrame:
+    """Tumbling: revenue, units and orders per one-minute window, product category as of the order's time, and currency."""
+    lines = enrich_as_of(gold.to_order_lines(orders), dim_products, key="product_id", event_time="ordered_at",
+                         attributes={"category": "category"})
+    return gold.to_category_revenue_per_minute(lines)
+
+
+def to_enriched_order_lines(orders: DataFrame, *, dim_products: DataFrame, dim_customers: DataFrame) -> DataFrame:
+    """Order lines with product and customer attributes as they were at the order's time (as-of join)."""
+    lines = enrich_as_of(gold.to_order_lines(orders), dim_products, key="product_id", event_time="ordered_at",
+                         attributes=PRODUCT_ATTRIBUTES)
+    return enrich_as_of(lines, dim_customers, key="customer_id", event_time="ordered_at", attributes=CUSTOMER_ATTRIBUTES)
+
+
+def to_enriched_page_views(page_views: DataFrame, *, dim_products: DataFrame, dim_customers: DataFrame) -> DataFrame:
+    """Page views with product and customer attributes as they were at the view's time (as-of join)."""
+    views = page_views.select("event_id", "occurred_at", "customer_id", "page_type", "product_id", "url")
+    views = enrich_as_of(views, dim_products, key="product_id", event_time="occurred_at", attributes=PRODUCT_ATTRIBUTES)
+    return enrich_as_of(views, dim_customers, key="customer_id", event_time="occurred_at", attributes=CUSTOMER_ATTRIBUTES)
+
+
+def enriched(name: str, source: TableSpec, target: TableSpec, compute: Callable[..., DataFrame],
+             lookups: tuple[TableSpec, ...]) -> Flow:
+    """A stateless gold flow: each batch enriched as of its events' time and upserted on the table's keys."""
+
+    def writer(flow: Flow, ctx: FlowContext) -> UpsertWriter:
+        return UpsertWriter(target=flow.target, lake_root=ctx.lake_root, app_id=flow.app_id, keys=flow.target.keys,
+                            compute=lambda df: compute(df, **as_of(df, ctx, lookups)))
+
+    return Flow(name, source, target, passthrough, output="batch", writer=writer, aggregate=compute, lookups=lookups)
 
 
 def _sums(keys: tuple[str, ...], sums: tuple[str, ...]) -> Callable[[FlowContext], StepFunction]:
@@ -197,6 +254,17 @@ GOLD_FLOWS += (
     Flow("gold_processing_delay", EVENT_SOURCES, tables.GOLD_PROCESSING_DELAY, gold.to_delay_events, output="batch",
          writer=delay_writer, aggregate=gold.to_processing_delay),
 )
+if hasattr(sources, "PRODUCTS") and hasattr(sources, "CUSTOMERS"):
+    DIM_PRODUCTS, DIM_CUSTOMERS = sources.PRODUCTS.dimension_table, sources.CUSTOMERS.dimension_table
+    GOLD_FLOWS += (
+        stateful("gold_category_revenue_per_minute", ORDERS, tables.GOLD_CATEGORY_REVENUE_PER_MINUTE,
+                 to_category_revenue, lookups=(DIM_PRODUCTS,),
+                 step=_sums(("window_start", "category", "currency"), ("revenue_cents", "units", "orders"))),
+        enriched("gold_order_lines_enriched", ORDERS, tables.GOLD_ORDER_LINES_ENRICHED, to_enriched_order_lines,
+                 (DIM_PRODUCTS, DIM_CUSTOMERS)),
+        enriched("gold_page_views_enriched", PAGE_VIEWS, tables.GOLD_PAGE_VIEWS_ENRICHED, to_enriched_page_views,
+                 (DIM_PRODUCTS, DIM_CUSTOMERS)),
+    )
 if hasattr(sources, "PAYMENTS"):
     GOLD_FLOWS += (
         stateful("gold_order_payments", (ORDERS, sources.PAYMENTS.silver_table), tables.GOLD_ORDER_PAYMENTS,
@@ -211,7 +279,7 @@ def build_flows(declared: tuple[Source, ...] = sources.SOURCES) -> tuple[Flow, .
     per_source = [source_flows(source) for source in declared]
     dims = [flow for flows in per_source for flow in flows[2:]]
     available = {source.silver_table.name for source in declared} | {flow.target.name for flow in dims}
-    gold = [flow for flow in GOLD_FLOWS if all(s.name in available for s in flow.sources)]
+    gold = [flow for flow in GOLD_FLOWS if all(s.name in available for s in (*flow.sources, *flow.lookups))]
     return (*(f[0] for f in per_source), *(f[1] for f in per_source), *dims, *gold)
 
 

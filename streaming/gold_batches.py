@@ -317,3 +317,22 @@ class RecomputeWriter:
         stats.input_rows += batch.count()
         stats.on_time = stats.input_rows
         stats.rows_written += written
+
+
+class UpsertWriter:
+    """A `(batch_df, batch_id)` function for a stateless gold table: each batch's rows upserted on the keys, once."""
+
+    def __init__(self, *, target: TableSpec, lake_root: str, app_id: str, compute: Callable[[DataFrame], DataFrame],
+                 keys: tuple[str, ...]):
+        self.target, self.lake_root, self.app_id, self.compute, self.keys = target, lake_root, app_id, compute, keys
+        self.stats = GoldBatchStats()
+
+    def settle(self, spark: SparkSession) -> None:
+        """Nothing to fill in: the table has no watermark or state."""
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        at = Step(spark=batch.sparkSession, batch_id=batch_id, app_id=self.app_id, lake_root=self.lake_root,
+                  target=self.target, state_root="", watermark=None, watermark_after=0)
+        written = at.merge(self.compute(batch), on=on_keys(self.keys))
+        self.stats.batches += 1
+        self.stats.rows_written += written

@@ -141,3 +141,27 @@ def to_processing_delay(events: DataFrame) -> DataFrame:
         events.groupBy(F.date_trunc("minute", "occurred_at").alias("minute"), "topic").agg(*aggs)
         .withColumn("minute_end", F.col("minute") + F.expr("INTERVAL 1 MINUTE"))
     )
+
+
+def to_order_lines(orders: DataFrame) -> DataFrame:
+    """One row per order line: the order's id, customer, time and currency with the line's product, quantity and price."""
+    return orders.select(
+        "order_id", "customer_id", F.col("occurred_at").alias("ordered_at"), "currency", "event_id",
+        F.posexplode("lines").alias("line_no", "line"),
+    ).select(
+        "order_id", "line_no", "customer_id", "ordered_at", "currency", "event_id",
+        F.col("line.product_id").alias("product_id"), F.col("line.quantity").alias("quantity"),
+        F.col("line.unit_price_cents").alias("unit_price_cents"),
+        (F.col("line.quantity").cast("long") * F.col("line.unit_price_cents")).alias("line_cents"),
+    )
+
+
+def to_category_revenue_per_minute(lines: DataFrame) -> DataFrame:
+    """Tumbling: revenue, units and orders per one-minute event-time window, product category (as of the order) and currency."""
+    return (
+        lines.groupBy(F.window("ordered_at", MINUTE).alias("window"), F.coalesce("category", F.lit("unknown")).alias("category"),
+                      "currency")
+        .agg(F.sum("line_cents").alias("revenue_cents"), F.sum("quantity").alias("units"),
+             F.count_distinct("order_id").alias("orders"))
+        .select(*_window_columns(), "category", "currency", "revenue_cents", "units", "orders")
+    )
