@@ -35,6 +35,18 @@ GOLD_QUERIES: dict[str, str] = {
     "gold_sessions": "SELECT ended_in_order, count(*) AS sessions, round(avg(page_views), 1) AS avg_pages, "
                      "round(avg(timestampdiff(SECOND, session_start, session_end)) / 60, 1) AS avg_minutes, "
                      "count_if(closed) AS closed FROM gold_sessions GROUP BY ended_in_order ORDER BY ended_in_order",
+    "gold_category_revenue_per_minute": "SELECT category, sum(revenue_cents) AS revenue_cents, sum(units) AS units "
+                                        "FROM gold_category_revenue_per_minute WHERE currency = 'EUR' "
+                                        "GROUP BY category ORDER BY revenue_cents DESC LIMIT 3",
+    "gold_order_lines_enriched": "SELECT customer_tier, count(*) AS lines, sum(unit_price_cents * quantity) AS cents, "
+                                 "count_if(unit_price_cents = list_price_cents) AS at_list_price "
+                                 "FROM gold_order_lines_enriched GROUP BY customer_tier ORDER BY customer_tier",
+    "gold_page_views_enriched": "SELECT category, count(*) AS views, round(avg(list_price_cents)) AS avg_list_price "
+                                "FROM gold_page_views_enriched WHERE category IS NOT NULL "
+                                "GROUP BY category ORDER BY views DESC LIMIT 3",
+    "gold_processing_delay": "SELECT topic, sum(events) AS events, max(event_to_send_p50_ms) AS send_p50_ms, "
+                             "max(send_to_append_p95_ms) AS append_p95_ms, max(append_to_ingest_max_ms) AS ingest_max_ms "
+                             "FROM gold_processing_delay GROUP BY topic ORDER BY topic",
     "gold_order_payments": "SELECT outcome, payment_status, count(*) AS rows FROM gold_order_payments "
                            "GROUP BY outcome, payment_status ORDER BY outcome, payment_status",
 }
