@@ -151,6 +151,13 @@ def table_asset(main: Flow, docs: dict[str, str]) -> dg.AssetsDefinition:
         ctx = lake.flow_context(kafka)
         context.log.info(f"running flow {main.name} -> {main.target.name}")
         run = run_flow(session, main, ctx)
+        if not DeltaTable.isDeltaTable(session, main.target.path(ctx.lake_root)):
+            waiting = ", ".join(run.waiting_for) or main.target.name
+            context.log.info(f"{main.target.name} is not created yet: {waiting} has no rows so far")
+            return dg.MaterializeResult(metadata={
+                "rows_written": 0, "dagster/row_count": 0,
+                "waiting_for": f"{waiting} has no rows yet; the table is created by the first batch that has some",
+            })
         table_df = read_table(session, main.target, ctx.lake_root)
         for side in main.also_writes:
             if (observed := _side_table_metadata(session, side, ctx.lake_root)) is not None:
@@ -200,6 +207,7 @@ def build_assets(declared: tuple[Source, ...] = sources.SOURCES) -> list[dg.Asse
     """Topic assets, then table assets in dependency order, all following from the source declarations."""
     flows = flow_registry.build_flows(declared)
     docs = {s.silver_table.name: s.column_docs() for s in declared}
+    docs.update({s.dimension_table.name: s.dimension_column_docs() for s in declared if s.dimension is not None})
     sides: dict[str, TableSpec] = {}
     writers: dict[str, list[str]] = {}
     for flow in flows:

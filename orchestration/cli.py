@@ -122,7 +122,7 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     for name, meta in runs.materialized_metadata(result).items():
         shown = {k: v for k, v in meta.items() if k in (
             "rows_written", "quarantined", "late_arrivals", "duplicates_dropped", "delta_version", "records_consumed",
-            "retained_records", "partitions", "duration_s", "dagster/row_count")}
+            "retained_records", "partitions", "duration_s", "dagster/row_count", "watermark", "state_rows", "waiting_for")}
         print(f"{name}: " + ", ".join(f"{k.split('/')[-1]}={v}" for k, v in shown.items()))
     if (err := runs.failure_message(result)) is not None:
         print(f"error: {err}", file=sys.stderr)
@@ -287,9 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Creates missing topics; an existing topic whose config differs from its spec is reported (exit 1), never altered.")
     p.set_defaults(fn=cmd_topics)
 
-    p = sub.add_parser("produce", help="send deterministic shop events (page views, orders) to Kafka",
-                       description="A seeded generator: the same seed and start give the same events. Keys are customer ids, "
-                                   "so one customer's events stay in order in one partition. Idempotent producer, acks=all.")
+    p = sub.add_parser("produce", help="send deterministic shop events (page views, orders, payments, product and customer changes) to Kafka",
+                       description="A seeded generator: the same seed and start give the same events. Each run first seeds the "
+                                   "product and customer dimensions (one change per product and customer, counted in --count), "
+                                   "then sends page views, orders, their payments once due, and occasional price and tier "
+                                   "changes. Keys are customer ids (product ids for product changes), so one customer's events "
+                                   "stay in order in one partition. Idempotent producer, acks=all.")
     p.add_argument("--count", type=_integer(1, MAX_RECORDS), default=1000, help="records to send (default 1000)")
     p.add_argument("--rate", type=_number(0, 1e7), default=0.0,
                    help="records per second of wall time; 0 sends as fast as possible (default)")

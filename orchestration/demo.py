@@ -196,6 +196,9 @@ def run_demo(
                          else f", {meta['late_arrivals']} late" if "late_arrivals" in meta else "")
                 if "state_rows" in meta:
                     extra += f", {meta['state_rows']} rows waiting in join state"
+                if "waiting_for" in meta:
+                    say(f"    {name:36s} waiting: {meta['waiting_for']}")
+                    continue
                 say(
                     f"    {name:36s} +{meta['rows_written']:>6} rows{extra} -> {meta['dagster/row_count']} total, "
                     f"Delta v{meta['delta_version']}, {meta['duration_s']}s"

@@ -13,6 +13,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from schemas.tables import TableSpec
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.flows import Flow
@@ -40,6 +41,7 @@ class FlowRun:
     delta_version: int | None = None
     kafka_offsets: dict[str, dict[str, int]] = field(default_factory=dict)  # "topic/partition" -> from, to, count
     duration_s: float = 0.0
+    waiting_for: tuple[str, ...] = ()        # input tables that do not exist yet: the run did nothing
     silver: SilverBatchStats | None = None   # what a silver flow split off: quarantine, late, duplicates
     gold: GoldBatchStats | None = None       # what a stateful gold flow merged, routed late, keeps in state
     commits: dict[str, str] = field(default_factory=dict)  # Delta version -> what that commit of the run did
@@ -154,6 +156,15 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     """Run one flow until it has caught up with its source, then report batches, rows, offsets, version."""
     path = flow.target.path(ctx.lake_root)
     started = time.monotonic()
+    missing = tuple(
+        t.name for t in (*flow.sources, *flow.lookups)
+        if isinstance(t, TableSpec) and not DeltaTable.isDeltaTable(spark, t.path(ctx.lake_root))
+    )
+    if missing:
+        # An upstream table is created by its first row (a topic no one has sent to yet): wait for it.
+        log.info("flow %s: %s has no rows yet; nothing to do", flow.name, ", ".join(missing))
+        return FlowRun(flow=flow.name, table=flow.target.name, waiting_for=missing,
+                       delta_version=table_version(spark, path))
     writer = flow.batch_writer(ctx) if flow.output == "batch" else None
     # A Delta sink's rows are counted from the history after this version; batch writers count their own.
     before = table_version(spark, path)
@@ -182,6 +193,8 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     elif isinstance(getattr(writer, "stats", None), GoldBatchStats):
         writer.settle(spark)
         run.gold = writer.stats
+        run.rows_written = writer.stats.rows_written
+    elif writer is not None:
         run.rows_written = writer.stats.rows_written
     else:
         run.rows_written = rows_written_since(spark, path, before, query_id=str(query.id))

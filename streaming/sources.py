@@ -17,8 +17,9 @@ def read_kafka_stream(spark: SparkSession, topic: TopicSpec, ctx: FlowContext) -
         .option("subscribe", topic.name)
         .option("startingOffsets", "earliest")
         .option("includeHeaders", "true")
-        # Offsets that vanished (retention) must stop the stream loudly, never skip silently.
-        .option("failOnDataLoss", "true")
+        # Offsets that vanished (retention) must stop the stream loudly, never skip silently. A compacted
+        # changelog has gaps by design (older values of a key removed), which Spark would take for loss.
+        .option("failOnDataLoss", "false" if topic.cleanup_policy == "compact" else "true")
         # A client call blocks a query's stop until it times out (60 s by default): bound it, so that a
         # lost broker is reported, and the query stopped, within seconds. Healthy requests take milliseconds.
         .option("kafka.request.timeout.ms", "10000")
