@@ -101,8 +101,15 @@ class DemoReport:
 def layer_counts(settings: Settings) -> list[LayerCounts]:
     """Count bronze, silver, quarantine and late-arrival rows per entity straight from the Delta tables."""
     spark = get_spark(settings)
-    quarantine = read_table(spark, tables.QUARANTINE, settings.lake_root)
-    per_schema = dict(quarantine.groupBy("schema").count().collect())
+    def count(spec) -> int:
+        # A table is created by its first row: a topic nobody has sent to yet has none.
+        exists = DeltaTable.isDeltaTable(spark, spec.path(settings.lake_root))
+        return read_table(spark, spec, settings.lake_root).count() if exists else 0
+
+    per_schema = {}
+    if DeltaTable.isDeltaTable(spark, tables.QUARANTINE.path(settings.lake_root)):
+        quarantine = read_table(spark, tables.QUARANTINE, settings.lake_root)
+        per_schema = dict(quarantine.groupBy("schema").count().collect())
     per_table = {}
     if DeltaTable.isDeltaTable(spark, tables.LATE_ARRIVALS.path(settings.lake_root)):
         late = read_table(spark, tables.LATE_ARRIVALS, settings.lake_root)
@@ -112,8 +119,8 @@ def layer_counts(settings: Settings) -> list[LayerCounts]:
         counts.append(
             LayerCounts(
                 entity=topic.schema.entity,
-                bronze=read_table(spark, bronze, settings.lake_root).count(),
-                silver=read_table(spark, silver, settings.lake_root).count(),
+                bronze=count(bronze),
+                silver=count(silver),
                 quarantine=per_schema.get(topic.name, 0),
                 late=per_table.get(silver.name, 0),
             )
