@@ -30,15 +30,12 @@ def _default_home() -> str:
 
 def _parse_conf(text: str) -> dict[str, str]:
     """Parse `key=value;key=value` (extra Spark settings) into a dict."""
-    conf: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in text.split(";"))):
-        if "=" not in item:
-            raise SettingsError(
-                f"LAKEHOUSE_SPARK_CONF item {item!r} has no '='; write it as key=value;key=value."
-            )
-        key, value = item.split("=", 1)
-        conf[key.strip()] = value.strip()
-    return conf
+    try:
+        return _parse_pairs(text)
+    except ValueError as item:
+        raise SettingsError(
+            f"LAKEHOUSE_SPARK_CONF item {str(item)!r} has no '='; write it as key=value;key=value."
+        ) from None
 
 
 _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -112,12 +109,9 @@ def _parse_pairs(text: str) -> dict[str, str]:
     return pairs
 
 
-_DURATION_RE = re.compile(r"[1-9]\d* (?:second|minute|hour|day)s?(?: [1-9]\d* (?:second|minute|hour|day)s?)*", re.I)
-
-
 def _is_watermarks(value: Any) -> bool:
     return isinstance(value, Mapping) and all(
-        isinstance(k, str) and re.fullmatch(r"gold_\w+", k) and isinstance(v, str) and _DURATION_RE.fullmatch(v)
+        isinstance(k, str) and re.fullmatch(r"gold_\w+", k) and DURATION.check(v)
         for k, v in value.items()
     )
 

@@ -17,7 +17,7 @@ from infra.settings import Settings
 from infra.spark import get_spark, stop_spark
 from orchestration import runs
 from orchestration.sql import format_table, run_sql
-from schemas import sources, tables, topics
+from schemas import sources, tables
 from streaming.generator import Mix, ShopGenerator
 from streaming.producer import ProduceReport, produce
 
@@ -215,8 +215,6 @@ def run_demo(
         step("One result from each gold table (lakehouse sql \"...\")")
         spark = get_spark(settings)
         for table, query in GOLD_QUERIES.items():
-            if table not in tables.BY_NAME:
-                continue
             spec = tables.BY_NAME[table]
             say(f"    {table}: {spec.question}")
             say(f"    lakehouse sql \"{query}\"")

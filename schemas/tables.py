@@ -124,7 +124,7 @@ def all_tables(declared: Iterable[Any]) -> tuple[TableSpec, ...]:
     return (
         *(s.bronze_table for s in declared),
         *(s.silver_table for s in declared),
-        *(s.dimension_table for s in declared if getattr(s, "dimension", None) is not None),
+        *(s.dimension_table for s in declared if s.dimension is not None),
         QUARANTINE,
         LATE_ARRIVALS,
         *GOLD,

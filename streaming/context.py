@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from typing import Mapping
 
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
 _PART = re.compile(r"\s*(\d+)\s*(second|minute|hour|day|week)s?\s*", re.IGNORECASE)
+
+
+def iso_micros(micros: int | None) -> str | None:
+    """An instant in microseconds since the epoch as ISO-8601 UTC (None stays None)."""
+    if micros is None:
+        return None
+    return datetime.fromtimestamp(micros / 1e6, tz=timezone.utc).isoformat()
 
 
 def duration_micros(text: str) -> int:

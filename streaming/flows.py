@@ -45,7 +45,7 @@ class Flow:
     source: Input | tuple[TableSpec, ...]
     target: TableSpec
     transform: Callable[..., DataFrame]
-    output: Literal["append", "upsert", "batch"] = "append"
+    output: Literal["append", "batch"] = "append"
     params: Callable[[FlowContext], Mapping[str, object]] = field(default=lambda ctx: {})
     schema: EventSchema | None = None            # the event schema a silver flow parses against
     dedup_watermark: str | None = None           # the source's own dedup delay; None: the setting
@@ -249,29 +249,23 @@ def delay_writer(flow: Flow, ctx: FlowContext) -> RecomputeWriter:
     )
 
 
-EVENT_SOURCES = tuple(s.silver_table for s in sources.SOURCES if getattr(s, "dimension", None) is None)
+EVENT_SOURCES = tuple(s.silver_table for s in sources.SOURCES if s.dimension is None)
+DIM_PRODUCTS, DIM_CUSTOMERS = sources.PRODUCTS.dimension_table, sources.CUSTOMERS.dimension_table
 GOLD_FLOWS += (
     Flow("gold_processing_delay", EVENT_SOURCES, tables.GOLD_PROCESSING_DELAY, gold.to_delay_events, output="batch",
          writer=delay_writer, aggregate=gold.to_processing_delay),
+    stateful("gold_category_revenue_per_minute", ORDERS, tables.GOLD_CATEGORY_REVENUE_PER_MINUTE,
+             to_category_revenue, lookups=(DIM_PRODUCTS,),
+             step=_sums(("window_start", "category", "currency"), ("revenue_cents", "units", "orders"))),
+    enriched("gold_order_lines_enriched", ORDERS, tables.GOLD_ORDER_LINES_ENRICHED, to_enriched_order_lines,
+             (DIM_PRODUCTS, DIM_CUSTOMERS)),
+    enriched("gold_page_views_enriched", PAGE_VIEWS, tables.GOLD_PAGE_VIEWS_ENRICHED, to_enriched_page_views,
+             (DIM_PRODUCTS, DIM_CUSTOMERS)),
+    stateful("gold_order_payments", (ORDERS, sources.PAYMENTS.silver_table), tables.GOLD_ORDER_PAYMENTS,
+             passthrough, transform=gold.to_order_payment_events, state_rows=join_state_rows,
+             step=lambda ctx: interval_join(within_micros=duration_micros(ctx.payment_within)),
+             defined_by=interval_join),
 )
-if hasattr(sources, "PRODUCTS") and hasattr(sources, "CUSTOMERS"):
-    DIM_PRODUCTS, DIM_CUSTOMERS = sources.PRODUCTS.dimension_table, sources.CUSTOMERS.dimension_table
-    GOLD_FLOWS += (
-        stateful("gold_category_revenue_per_minute", ORDERS, tables.GOLD_CATEGORY_REVENUE_PER_MINUTE,
-                 to_category_revenue, lookups=(DIM_PRODUCTS,),
-                 step=_sums(("window_start", "category", "currency"), ("revenue_cents", "units", "orders"))),
-        enriched("gold_order_lines_enriched", ORDERS, tables.GOLD_ORDER_LINES_ENRICHED, to_enriched_order_lines,
-                 (DIM_PRODUCTS, DIM_CUSTOMERS)),
-        enriched("gold_page_views_enriched", PAGE_VIEWS, tables.GOLD_PAGE_VIEWS_ENRICHED, to_enriched_page_views,
-                 (DIM_PRODUCTS, DIM_CUSTOMERS)),
-    )
-if hasattr(sources, "PAYMENTS"):
-    GOLD_FLOWS += (
-        stateful("gold_order_payments", (ORDERS, sources.PAYMENTS.silver_table), tables.GOLD_ORDER_PAYMENTS,
-                 passthrough, transform=gold.to_order_payment_events, state_rows=join_state_rows,
-                 step=lambda ctx: interval_join(within_micros=duration_micros(ctx.payment_within)),
-                 defined_by=interval_join),
-    )
 
 
 def build_flows(declared: tuple[Source, ...] = sources.SOURCES) -> tuple[Flow, ...]:

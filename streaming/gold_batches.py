@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Callable, Mapping
 
 from delta.tables import DeltaTable
@@ -30,18 +29,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from schemas.tables import LATE_ARRIVALS, TableSpec
+from streaming.context import iso_micros
 from streaming.sinks import append_once, ensure_table
 from streaming.transforms.silver import to_late_arrivals
 
 log = logging.getLogger(__name__)
 
 _UNSET = object()
-
-
-def iso_micros(micros: int | None) -> str | None:
-    if micros is None:
-        return None
-    return datetime.fromtimestamp(micros / 1e6, tz=timezone.utc).isoformat()
 
 
 class StaleGoldTable(RuntimeError):

@@ -7,6 +7,7 @@ batch can touch, and keep their results exact whatever the micro-batch boundarie
 
 from __future__ import annotations
 
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -27,25 +28,22 @@ def sliding_counts(*, window_micros: int, threshold: int) -> StepFunction:
         new = orders.select("order_id", "customer_id", F.col("occurred_at").alias("ordered_at"), "event_id")
         table = at.read_target()
         if table is None:
-            scope = new
-        else:
-            # Orders whose look-back a new order falls into, and those that fall into a new order's look-back.
-            bounds = F.broadcast(_bounds(new, "ordered_at"))
-            t = F.unix_micros("ordered_at")
-            known = (
-                table.join(bounds, "customer_id")
-                .where((t >= F.col("_lo") - window_micros) & (t <= F.col("_hi") + window_micros))
-                .select("order_id", "customer_id", "ordered_at", "event_id", "_lo")
-            )
-            old = known.join(new.select("order_id"), "order_id", "left_anti")
-            scope = new.unionByName(old.drop("_lo"))
-            counted = to_order_velocity(scope, window_micros=window_micros, threshold=threshold)
-            # Orders before the batch's earliest one keep their count: nothing new is before them.
-            lo = bounds.select("customer_id", "_lo")
-            changed = counted.join(lo, "customer_id").where(F.unix_micros("ordered_at") >= F.col("_lo")).drop("_lo")
-            return at.merge(changed, on=on_keys(("order_id",)))
-        return at.merge(to_order_velocity(scope, window_micros=window_micros, threshold=threshold),
-                        on=on_keys(("order_id",)))
+            return at.merge(to_order_velocity(new, window_micros=window_micros, threshold=threshold),
+                            on=on_keys(("order_id",)))
+        # Orders whose look-back a new order falls into, and those that fall into a new order's look-back.
+        bounds = F.broadcast(_bounds(new, "ordered_at"))
+        t = F.unix_micros("ordered_at")
+        known = (
+            table.join(bounds, "customer_id")
+            .where((t >= F.col("_lo") - window_micros) & (t <= F.col("_hi") + window_micros))
+            .select("order_id", "customer_id", "ordered_at", "event_id")
+        )
+        scope = new.unionByName(known.join(new.select("order_id"), "order_id", "left_anti"))
+        counted = to_order_velocity(scope, window_micros=window_micros, threshold=threshold)
+        # Orders before the batch's earliest one keep their count: nothing new is before them.
+        changed = counted.join(bounds.select("customer_id", "_lo"), "customer_id") \
+            .where(t >= F.col("_lo")).drop("_lo")
+        return at.merge(changed, on=on_keys(("order_id",)))
 
     return step
 
@@ -169,7 +167,5 @@ def _joined(order_id, o: str | None, p: str | None) -> list:
 
 def join_state_rows(spark: SparkSession, state_root: str) -> int:
     """Rows the join keeps buffered: bounded by the watermark, shown in the asset's metadata."""
-    from delta.tables import DeltaTable
-
     path = f"{state_root}/{JOIN_STATE}"
     return spark.read.format("delta").load(path).count() if DeltaTable.isDeltaTable(spark, path) else 0

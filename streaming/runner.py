@@ -20,7 +20,6 @@ from streaming.flows import Flow
 from streaming.kafka_topics import KafkaUnreachable, admin_client
 from streaming.gold_batches import GoldBatchStats
 from streaming.silver_batches import SilverBatchStats
-from streaming.sinks import upsert_batch
 from streaming.sources import read_delta_stream, read_kafka_stream
 
 log = logging.getLogger(__name__)
@@ -70,10 +69,6 @@ def start_flow(
     query_writer = query_writer.trigger(**(trigger or {"availableNow": True}))
     if flow.output == "batch":
         return query_writer.foreachBatch(writer or flow.batch_writer(ctx)).start()
-    if flow.output == "upsert":
-        # The app id carries the checkpoint's version: a new checkpoint restarts batch ids at 0.
-        fn = upsert_batch(flow.target, path, app_id=flow.app_id)
-        return query_writer.outputMode("update").foreachBatch(fn).start()
     if flow.target.partition_by:
         query_writer = query_writer.partitionBy(*flow.target.partition_by)
     # Delta's streaming sink commits (query id, batch id) with each write: a replayed batch is skipped.

@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 
 from schemas.events import EventSchema
 from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
+from streaming.context import iso_micros
 from streaming.sinks import append_once
 from streaming.transforms.silver import to_late_arrivals, to_quarantine, to_silver
 
@@ -53,9 +54,7 @@ class SilverBatchStats:
 
     @property
     def watermark(self) -> str | None:
-        if self.watermark_micros is None:
-            return None
-        return datetime.fromtimestamp(self.watermark_micros / 1e6, tz=timezone.utc).isoformat()
+        return iso_micros(self.watermark_micros)
 
 
 class SilverWriter:

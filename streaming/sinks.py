@@ -22,32 +22,6 @@ def ensure_table(batch_df: DataFrame, table: TableSpec, path: str) -> None:
     builder.execute()
 
 
-def upsert_batch(table: TableSpec, path: str, *, app_id: str) -> BatchFunction:
-    """A `(batch_df, batch_id)` function that MERGEs a batch into the table on its keys, once per batch id.
-
-    The streaming lane passes it to foreachBatch; the batch lane calls it directly. Delta records
-    (app_id, batch_id) in the commit, so a batch replayed after a crash is skipped, not applied twice.
-    """
-    condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in table.keys)
-
-    def upsert(batch_df: DataFrame, batch_id: int) -> None:
-        spark = batch_df.sparkSession
-        ensure_table(batch_df, table, path)
-        spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-        spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
-        spark.conf.set("spark.databricks.delta.write.txnVersion.autoReset.enabled", "true")
-        (
-            DeltaTable.forPath(spark, path)
-            .alias("t")
-            .merge(batch_df.alias("s"), condition)
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
-
-    return upsert
-
-
 def append_once(df: DataFrame, path: str, *, app_id: str, batch_id: int, partition_by: tuple[str, ...] = ()) -> None:
     """Append a micro-batch's rows to a Delta table; Delta skips the write if (app_id, batch_id) already committed."""
     writer = (
