@@ -45,6 +45,13 @@ class FlowContext:
     event_time_max_ahead: str = "1 day"
     max_offsets_per_trigger: int = 0        # 0: no cap
     max_files_per_trigger: int = 0          # 0: Delta's default
+    input_root: str | None = None           # where inputs and lookups are read; None: lake_root (the batch
+                                            # lane reads the live lake and writes a shadow one)
+
+    @property
+    def inputs(self) -> str:
+        """The lake root a flow reads its input tables and lookups from."""
+        return self.input_root or self.lake_root
 
     def watermark_for(self, flow: str) -> str:
         """The watermark delay of a stateful gold flow: its override, else the gold default."""

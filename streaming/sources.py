@@ -32,7 +32,9 @@ def read_kafka_stream(spark: SparkSession, topic: TopicSpec, ctx: FlowContext) -
 
 def read_delta_stream(spark: SparkSession, table: TableSpec, ctx: FlowContext) -> DataFrame:
     """The appends to a Delta table as an unbounded DataFrame."""
-    reader = spark.readStream.format("delta")
+    # A backfill or replay rewrites rows of this table and recomputes the tables downstream itself, so a
+    # reader skips those rewrite commits instead of stopping for good (DELTA_SOURCE_TABLE_IGNORE_CHANGES).
+    reader = spark.readStream.format("delta").option("skipChangeCommits", "true")
     if ctx.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(ctx.max_files_per_trigger))
     return reader.load(table.path(ctx.lake_root))
