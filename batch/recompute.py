@@ -1,0 +1,130 @@
+"""The batch lane's one move: a flow run once over a bounded read of its inputs, by the streaming lane's own code.
+
+`recompute` reads a flow's inputs as static DataFrames (a Delta snapshot, optionally at a version, or
+a Kafka offset range), applies the flow's transform and hands the result to the flow's own
+`(batch_df, batch_id)` writer as one batch, exactly as foreachBatch would. Its output goes to a
+shadow lake (a folder of its own), never to the live tables; backfill, verify and replay then compare
+the shadow with the live tables and, where asked, replace live rows with it. No transform lives here.
+
+One batch over the whole bounded input has no watermark to fall behind: nothing in it is late, so a
+recomputation counts every event, including those the stream sent to `late_arrivals`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from schemas.tables import KAFKA_COORDINATES, LATE_ARRIVALS, TableSpec
+from schemas.topics import TopicSpec
+from streaming.context import FlowContext
+from streaming.flows import Flow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Which bounded slice of a flow's inputs to read (default: every input's current snapshot)."""
+
+    versions: dict[str, int] | None = None       # input table name -> Delta version to read (time travel)
+    timestamps: dict[str, str] | None = None     # input table name -> timestamp to read as of
+    kafka: dict[str, dict[str, dict[str, int]]] | None = None  # topic -> {"start": {p: o}, "end": {p: o}}
+    without_late: bool = False                   # leave out the events the flow sent to late_arrivals
+
+
+class Shadow:
+    """A lake root of the batch lane's own, beside the live one: `<lake>/_batch/<purpose>-<utc>-<id>`."""
+
+    def __init__(self, spark: SparkSession, ctx: FlowContext, purpose: str):
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+        self.spark = spark
+        self.root = f"{ctx.lake_root.rstrip('/')}/_batch/{purpose}-{stamp}-{uuid.uuid4().hex[:6]}"
+        # Inputs and lookups come from the live lake (or an earlier shadow); writes go to the shadow.
+        self.ctx = replace(ctx, lake_root=self.root, input_root=ctx.inputs)
+
+    def path(self, table: TableSpec) -> str:
+        return table.path(self.root)
+
+    def read(self, table: TableSpec) -> DataFrame | None:
+        if not DeltaTable.isDeltaTable(self.spark, self.path(table)):
+            return None
+        return self.spark.read.format("delta").load(self.path(table))
+
+    def drop(self) -> None:
+        """Delete the shadow's files (through Hadoop, so an object-store lake works too)."""
+        jvm = self.spark._jvm
+        path = jvm.org.apache.hadoop.fs.Path(self.root)
+        path.getFileSystem(self.spark._jsc.hadoopConfiguration()).delete(path, True)
+
+
+def read_input(spark: SparkSession, source: TopicSpec | TableSpec, ctx: FlowContext, inputs: Inputs) -> DataFrame:
+    """One input of a flow as a static DataFrame: a Delta snapshot (at a version or time) or a Kafka range."""
+    if isinstance(source, TopicSpec):
+        return read_kafka_range(spark, source, ctx, (inputs.kafka or {}).get(source.name, {}))
+    reader = spark.read.format("delta")
+    if inputs.versions and source.name in inputs.versions:
+        reader = reader.option("versionAsOf", inputs.versions[source.name])
+    elif inputs.timestamps and source.name in inputs.timestamps:
+        reader = reader.option("timestampAsOf", inputs.timestamps[source.name])
+    return reader.load(source.path(ctx.inputs))
+
+
+def read_kafka_range(spark: SparkSession, topic: TopicSpec, ctx: FlowContext, bounds: dict[str, dict[str, int]]) -> DataFrame:
+    """A topic's records from `start` (default earliest) to `end` (default latest) offsets per partition."""
+    def spec(offsets: dict[str, int] | None, default: str) -> str:
+        if not offsets:
+            return default
+        return json.dumps({topic.name: {str(p): int(o) for p, o in offsets.items()}})
+
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", ctx.kafka_bootstrap)
+        .option("subscribe", topic.name)
+        .option("includeHeaders", "true")
+        .option("startingOffsets", spec(bounds.get("start"), "earliest"))
+        .option("endingOffsets", spec(bounds.get("end"), "latest"))
+        .option("failOnDataLoss", "false" if topic.cleanup_policy == "compact" else "true")
+        .load()
+    )
+
+
+def late_coordinates(spark: SparkSession, ctx: FlowContext, flow: Flow) -> DataFrame | None:
+    """Kafka coordinates of the events this flow sent to late_arrivals and no backfill has folded in yet."""
+    path = LATE_ARRIVALS.path(ctx.inputs)
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    late = spark.read.format("delta").load(path).where(F.col("flow") == flow.name)
+    if "reconciled_at" in late.columns:
+        late = late.where(F.col("reconciled_at").isNull())
+    return late.select(*KAFKA_COORDINATES).distinct()
+
+
+def recompute(spark: SparkSession, flow: Flow, shadow: Shadow, inputs: Inputs = Inputs()) -> DataFrame | None:
+    """Run `flow` once over its bounded inputs into the shadow lake; returns the shadow table (None: no input yet)."""
+    ctx = shadow.ctx
+    for table in (*flow.sources, *flow.lookups):
+        if isinstance(table, TableSpec) and not DeltaTable.isDeltaTable(spark, table.path(ctx.inputs)):
+            log.info("recompute %s: %s does not exist yet", flow.name, table.name)
+            return None
+    frames = [read_input(spark, source, ctx, inputs) for source in flow.sources]
+    if inputs.without_late and (late := late_coordinates(spark, ctx, flow)) is not None:
+        frames = [df.join(late, list(KAFKA_COORDINATES), "left_anti") for df in frames]
+    out = flow.apply(*frames, ctx=ctx)
+    target = shadow.path(flow.target)
+    if flow.output == "batch":
+        # The streaming lane's own micro-batch function, called once with the whole bounded input.
+        flow.batch_writer(ctx)(out, 0)
+    else:
+        writer = out.write.format("delta").mode("overwrite")
+        if flow.target.partition_by:
+            writer = writer.partitionBy(*flow.target.partition_by)
+        writer.save(target)
+    return shadow.read(flow.target)
