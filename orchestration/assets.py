@@ -5,7 +5,9 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from batch.backfill import TableChange, backfill_flow
 from batch.catalog import read_table
+from orchestration.partitions import daily, is_partitioned, key_range
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
 from schemas import sources
 from schemas.sources import Source
@@ -131,44 +133,77 @@ def _late_total(spark, flow: Flow, lake_root: str) -> dict[str, object]:
     return {"late_arrivals_total": read_table(spark, LATE_ARRIVALS, lake_root).where(F.col("flow") == flow.name).count()}
 
 
-def table_asset(main: Flow, docs: dict[str, str]) -> dg.AssetsDefinition:
+def caught_up_metadata(context_log, session, main: Flow, run: FlowRun, ctx, docs: dict[str, str]) -> dict[str, object]:
+    """What a catch-up run of a flow did, as asset metadata; observations of the side tables it wrote are logged."""
+    if not DeltaTable.isDeltaTable(session, main.target.path(ctx.lake_root)):
+        waiting = ", ".join(run.waiting_for) or main.target.name
+        context_log.info(f"{main.target.name} is not created yet: {waiting} has no rows so far")
+        return {"rows_written": 0, "dagster/row_count": 0,
+                "waiting_for": f"{waiting} has no rows yet; the table is created by the first batch that has some"}
+    table_df = read_table(session, main.target, ctx.lake_root)
+    metadata = _table_metadata(run, table_df, main.target.path(ctx.lake_root), docs)
+    if run.gold is not None:
+        metadata.update(_event_time_range(table_df, main.target))
+        metadata.update(_late_total(session, main, ctx.lake_root))
+    return metadata
+
+
+def side_observations(session, main: Flow, ctx) -> list[dg.AssetObservation]:
+    """The breakdown of each shared table (quarantine, late arrivals) the flow also writes, as observations."""
+    return [dg.AssetObservation(asset_key=side.name, metadata=observed) for side in main.also_writes
+            if (observed := _side_table_metadata(session, side, ctx.lake_root)) is not None]
+
+
+def _description(main: Flow) -> str:
+    return (f"{main.target.description} ({main.doc})"
+            + (f" Answers: {main.target.question}" if main.target.question else ""))
+
+
+def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefinition | None = None) -> dg.AssetsDefinition:
+    """A table's asset: partitioned by event date (silver, gold) it is backfilled; otherwise it catches up."""
     writes = ", ".join(t.name for t in (main.target, *main.also_writes))
+    partitioned = partitions is not None and is_partitioned(main.target)
 
     @dg.asset(
         name=main.asset_name,
         group_name=main.target.layer,
         deps=[source_key(s) for s in (*main.sources, *main.lookups)],
         kinds={"delta", "spark"},
-        description=f"{main.target.description} ({main.doc})"
-                    + (f" Answers: {main.target.question}" if main.target.question else ""),
+        description=_description(main),
         metadata={"keys": ", ".join(main.target.keys), "flows": main.name, "writes": writes},
+        partitions_def=partitions if partitioned else None,
+        backfill_policy=dg.BackfillPolicy.single_run() if partitioned else None,
     )
     def _table(
         context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource, lake: LakeResource
     ) -> dg.MaterializeResult:
-        """Run this table's streaming query until it has caught up with its source (availableNow)."""
+        """Partitioned: recompute the run's days with the batch lane. Otherwise: catch up with the source."""
         session = spark.session()
         ctx = lake.flow_context(kafka)
+        if partitioned:
+            days = key_range(context)
+            context.log.info(f"backfill {main.target.name} for {days[0]}..{days[1]} with flow {main.name}")
+            change = backfill_flow(session, main, ctx, days, run_id=context.run_id)
+            return dg.MaterializeResult(metadata=backfill_metadata(change))
         context.log.info(f"running flow {main.name} -> {main.target.name}")
         run = run_flow(session, main, ctx)
-        if not DeltaTable.isDeltaTable(session, main.target.path(ctx.lake_root)):
-            waiting = ", ".join(run.waiting_for) or main.target.name
-            context.log.info(f"{main.target.name} is not created yet: {waiting} has no rows so far")
-            return dg.MaterializeResult(metadata={
-                "rows_written": 0, "dagster/row_count": 0,
-                "waiting_for": f"{waiting} has no rows yet; the table is created by the first batch that has some",
-            })
-        table_df = read_table(session, main.target, ctx.lake_root)
-        for side in main.also_writes:
-            if (observed := _side_table_metadata(session, side, ctx.lake_root)) is not None:
-                context.log_event(dg.AssetObservation(asset_key=side.name, metadata=observed))
-        metadata = _table_metadata(run, table_df, main.target.path(ctx.lake_root), docs)
-        if run.gold is not None:
-            metadata.update(_event_time_range(table_df, main.target))
-            metadata.update(_late_total(session, main, ctx.lake_root))
+        metadata = caught_up_metadata(context.log, session, main, run, ctx, docs)
+        for observation in side_observations(session, main, ctx):
+            context.log_event(observation)
         return dg.MaterializeResult(metadata=metadata)
 
     return _table
+
+
+def backfill_metadata(change: TableChange) -> dict[str, object]:
+    """What a backfill changed in one table: rows added, changed, removed; late arrivals absorbed."""
+    return {
+        "days": change.days, "rows_added": change.added, "rows_changed": change.changed,
+        "rows_removed": change.removed, "late_arrivals_absorbed": change.late_absorbed,
+        "rows_in_range_before": change.rows_before, "rows_in_range_after": change.rows_after,
+        "rewritten": change.rewritten, "delta_version": change.version if change.version is not None else -1,
+        "duration_s": change.duration_s,
+    }
 
 
 # What a person wants to see first about the tables every silver flow appends to.
@@ -203,8 +238,10 @@ def side_table_spec(table: TableSpec, writers: list[str]) -> dg.AssetSpec:
     )
 
 
-def build_assets(declared: tuple[Source, ...] = sources.SOURCES) -> list[dg.AssetsDefinition | dg.AssetSpec]:
+def build_assets(declared: tuple[Source, ...] = sources.SOURCES, partitions: dg.PartitionsDefinition | None = None,
+                 ) -> list[dg.AssetsDefinition | dg.AssetSpec]:
     """Topic assets, then table assets in dependency order, all following from the source declarations."""
+    partitions = partitions or daily()
     flows = flow_registry.build_flows(declared)
     docs = {s.silver_table.name: s.column_docs() for s in declared}
     docs.update({s.dimension_table.name: s.dimension_column_docs() for s in declared if s.dimension is not None})
@@ -215,5 +252,5 @@ def build_assets(declared: tuple[Source, ...] = sources.SOURCES) -> list[dg.Asse
             sides[side.name] = side
             writers.setdefault(side.name, []).append(flow.asset_name)
     return [topic_asset(s.topic_spec) for s in declared] + [
-        table_asset(flow, docs.get(flow.asset_name, {})) for flow in flows
+        table_asset(flow, docs.get(flow.asset_name, {}), partitions) for flow in flows
     ] + [side_table_spec(sides[name], names) for name, names in writers.items()]

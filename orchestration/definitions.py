@@ -4,25 +4,56 @@ from __future__ import annotations
 
 import dagster as dg
 
+from datetime import datetime, timedelta, timezone
+
 from infra.settings import Settings
 from orchestration.assets import build_assets
+from orchestration.catch_up import CATCH_UP_JOB, catch_up_job
+from orchestration.checks import build_checks
+from orchestration.partitions import daily
 from orchestration.resources import build_resources
 
-CATCH_UP_JOB = "catch_up"
+BACKFILL_JOB = "backfill"
+RECONCILE_SCHEDULE = "nightly_reconciliation"
+# The silver and gold assets, which carry the daily event-date partitions.
+PARTITIONED = dg.AssetSelection.groups("silver", "gold") - dg.AssetSelection.assets("quarantine", "late_arrivals")
+
+
+def reconcile_range(now: datetime, days: int) -> tuple[str, str]:
+    """The last `days` daily partitions up to and including today's (UTC)."""
+    today = now.astimezone(timezone.utc).date()
+    return (today - timedelta(days=days - 1)).isoformat(), today.isoformat()
 
 
 def build_definitions(settings: Settings) -> dg.Definitions:
-    """Assets topics -> bronze -> silver -> gold, with resources from one settings object."""
-    assets = build_assets()
+    """Assets topics -> bronze -> silver -> gold, verify checks, the catch-up and backfill jobs, nightly reconciliation."""
+    partitions = daily()
+    assets = build_assets(partitions=partitions)
+    backfill_job = dg.define_asset_job(
+        BACKFILL_JOB, selection=PARTITIONED.materializable(), partitions_def=partitions,
+        description="Recompute the chosen days of the silver and gold tables with the batch lane (the streams' own "
+                    "transforms over the bounded log) and replace the partitions that differ; one run per range.",
+    )
+    reconcile_days = getattr(settings, "reconcile_days", 3)
+
+    @dg.schedule(job=backfill_job, cron_schedule=getattr(settings, "reconcile_cron", "30 2 * * *"),
+                 execution_timezone="UTC", name=RECONCILE_SCHEDULE,
+                 description=f"Backfill the last {reconcile_days} days' partitions every night, so that late arrivals "
+                             "are folded in; the run's metadata says what changed in each table.")
+    def nightly_reconciliation(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+        start, end = reconcile_range(context.scheduled_execution_time, reconcile_days)
+        return dg.RunRequest(
+            run_key=f"reconcile-{end}",
+            tags={"dagster/asset_partition_range_start": start, "dagster/asset_partition_range_end": end,
+                  "lakehouse/command": "nightly reconciliation"},
+        )
+
     return dg.Definitions(
         assets=assets,
+        asset_checks=build_checks(),
         resources=build_resources(settings),
-        jobs=[
-            dg.define_asset_job(
-                CATCH_UP_JOB, selection=dg.AssetSelection.all(),
-                description="Create topics and bring every table up to date with its source.",
-            )
-        ],
+        jobs=[catch_up_job, backfill_job],
+        schedules=[nightly_reconciliation],
         # One Spark session per run: steps share it instead of each starting a JVM.
         executor=dg.in_process_executor,
     )
