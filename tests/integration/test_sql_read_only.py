@@ -29,6 +29,8 @@ WRITES = [
     "VACUUM delta.`{path}` RETAIN 0 HOURS",
     "DELETE FROM delta.`{path}`",
     "RESTORE TABLE delta.`{path}` TO VERSION AS OF 0",
+    "RESTORE TABLE silver_orders TO VERSION AS OF 0",
+    "CREATE OR REPLACE TABLE silver_orders USING delta LOCATION '{path}/../elsewhere'",
     "INSERT OVERWRITE DIRECTORY '{path}/../elsewhere' SELECT 1",
     "SET spark.sql.shuffle.partitions = 1",
     "CREATE TEMP VIEW v AS SELECT 1",
@@ -62,13 +64,15 @@ def test_a_statement_that_writes_is_refused_and_changes_nothing(spark, lake, sta
 
 
 def test_reads_still_work(spark, lake):
-    """Queries, DESCRIBE, EXPLAIN and a Delta table's history are reads and run."""
+    """Queries (as of a version too), DESCRIBE, EXPLAIN and a Delta table's history are reads and run."""
     root, path = lake
     columns, rows, _ = run_sql(spark, root, "SELECT currency, count(*) AS n FROM silver_orders GROUP BY 1 ORDER BY 1")
     assert columns == ["currency", "n"] and rows == [("EUR", 2), ("GBP", 1)]
     assert run_sql(spark, root, "DESCRIBE silver_orders")[1][0][0] == "event_id"
     assert run_sql(spark, root, "EXPLAIN DELETE FROM silver_orders")[1]
     assert len(run_sql(spark, root, f"DESCRIBE HISTORY delta.`{path}`")[1]) == 2
+    assert len(run_sql(spark, root, "DESCRIBE HISTORY silver_orders")[1]) == 2
+    assert run_sql(spark, root, "SELECT count(*) FROM silver_orders VERSION AS OF 0")[1] == [(2,)]
     assert spark.read.format("delta").load(path).count() == 3
 
 
