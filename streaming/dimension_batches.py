@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField, StructType, TimestampType
 
 from schemas.tables import TableSpec
+from streaming.positions import BatchRecord, RecordsPositions, UserMetadata
 from streaming.transforms.dimensions import LINEAGE, scd2_versions
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def _version(spark: SparkSession, path: str) -> int:
     return DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
 
 
-class DimensionWriter:
+class DimensionWriter(RecordsPositions):
     """A `(changes_batch, batch_id)` function that applies one batch of dimension versions to the SCD2 table."""
 
     def __init__(
@@ -98,7 +99,7 @@ class DimensionWriter:
             try:
                 versions.count()   # read the table's versions before the MERGE changes them
                 before = _version(spark, self.path)
-                self._merge(spark, target, versions, batch_id)
+                self._merge(spark, target, versions, batch_id, self.batch_record(spark, batch_id))
                 after = _version(spark, self.path)
             finally:
                 versions.unpersist()
@@ -113,17 +114,20 @@ class DimensionWriter:
         self.stats.versions_inserted += int(metrics.get("numTargetRowsInserted", 0))
         self.stats.versions_closed += int(metrics.get("numTargetRowsUpdated", 0))
 
-    def _merge(self, spark: SparkSession, target: DeltaTable, versions: DataFrame, batch_id: int) -> None:
+    def _merge(self, spark: SparkSession, target: DeltaTable, versions: DataFrame, batch_id: int,
+               record: BatchRecord) -> None:
         key = self.key
         condition = f"t.`{key}` <=> s.`{key}` AND t.valid_from = s.valid_from AND t.event_id = s.event_id"
         changed = "NOT (t.valid_to <=> s.valid_to) OR NOT (t.is_current <=> s.is_current)"
-        spark.conf.set("spark.databricks.delta.write.txnAppId", self.app_id)
+        spark.conf.set("spark.databricks.delta.write.txnAppId", record.txn_app_id)
         spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
         spark.conf.set("spark.databricks.delta.write.txnVersion.autoReset.enabled", "true")
-        (
-            target.alias("t")
-            .merge(versions.alias("s"), condition)
-            .whenMatchedUpdate(condition=changed, set={"valid_to": "s.valid_to", "is_current": "s.is_current"})
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+        # The batch's one write, so its final one: it records where the batch's source stood (positions.py).
+        with UserMetadata(spark, record.metadata(final=True)):
+            (
+                target.alias("t")
+                .merge(versions.alias("s"), condition)
+                .whenMatchedUpdate(condition=changed, set={"valid_to": "s.valid_to", "is_current": "s.is_current"})
+                .whenNotMatchedInsertAll()
+                .execute()
+            )

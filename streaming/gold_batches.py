@@ -15,6 +15,9 @@ function, `EventTimeWriter`, that streaming passes to foreachBatch and the batch
 Each write carries Delta's (txnAppId, txnVersion): a batch replayed after a crash writes nothing
 twice and, because the watermark is saved last, sees the watermark it saw the first time. So every
 silver event is either counted in each gold table it feeds or listed in `late_arrivals` for that table.
+Each commit also records where the batch's sources stood (the watermark's commit marked final), so a
+lost checkpoint can be rebuilt (streaming/positions.py); the flow's state folder is keyed by the flow
+and its version only, so it outlives a checkpoint.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pyspark.sql import functions as F
 
 from schemas.tables import LATE_ARRIVALS, TableSpec
 from streaming.context import iso_micros
+from streaming.positions import RecordsPositions, UserMetadata
 from streaming.sinks import append_once, ensure_table
 from streaming.transforms.silver import to_late_arrivals
 
@@ -73,6 +77,7 @@ class Step:
     state_root: str
     watermark: int | None         # before this batch: rows behind it were routed to late arrivals
     watermark_after: int          # after this batch: what a join or a session may now close
+    user_metadata: str | None = None   # recorded with each commit: the batch's source positions (positions.py)
 
     @property
     def target_path(self) -> str:
@@ -101,7 +106,6 @@ class Step:
         path = self.target_path
         columns = [c for c in source.columns if c != delete_flag]
         ensure_table(source.select(*columns), self.target, path)
-        self._once("")
         merge = DeltaTable.forPath(self.spark, path).alias("t").merge(source.alias("s"), on)
         if delete_flag:
             merge = merge.whenMatchedDelete(f"s.`{delete_flag}`")
@@ -109,8 +113,10 @@ class Step:
         merge = merge.whenMatchedUpdate(set=dict(matched or values))
         merge = merge.whenNotMatchedInsert(
             condition=f"NOT s.`{delete_flag}`" if delete_flag else None, values=values)
+        self._once("")
         try:
-            merge.execute()
+            with UserMetadata(self.spark, self.user_metadata):
+                merge.execute()
         finally:
             self._done()
         return _merged_rows(self.spark, path)
@@ -120,15 +126,18 @@ class Step:
         if DeltaTable.isDeltaTable(self.spark, self.target_path):
             self._once("-update")
             try:
-                DeltaTable.forPath(self.spark, self.target_path).update(condition, dict(set))
+                with UserMetadata(self.spark, self.user_metadata):
+                    DeltaTable.forPath(self.spark, self.target_path).update(condition, dict(set))
             finally:
                 self._done()
 
     def save_state(self, rows: DataFrame, name: str) -> None:
         """Replace the flow's state table `name` (a join's buffered rows), once per (flow, batch)."""
-        (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-         .option("txnAppId", f"{self.app_id}-{name}").option("txnVersion", str(self.batch_id))
-         .save(f"{self.state_root}/{name}"))
+        writer = (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+                  .option("txnAppId", f"{self.app_id}-{name}").option("txnVersion", str(self.batch_id)))
+        if self.user_metadata is not None:
+            writer = writer.option("userMetadata", self.user_metadata)
+        writer.save(f"{self.state_root}/{name}")
 
     def read_state(self, name: str) -> DataFrame | None:
         path = f"{self.state_root}/{name}"
@@ -166,7 +175,7 @@ def add_partials(keys: tuple[str, ...], sums: tuple[str, ...]) -> StepFunction:
     return step
 
 
-class EventTimeWriter:
+class EventTimeWriter(RecordsPositions):
     """A `(batch_df, batch_id)` function for a stateful gold flow: own watermark, late rows kept, then the step."""
 
     def __init__(
@@ -183,6 +192,7 @@ class EventTimeWriter:
         self.aggregate = aggregate
         self.step = step
         self.count_state = state_rows
+        # Keyed by the flow's base app id, not the query's: the watermark and buffers outlive a lost checkpoint.
         self.state_root = f"{lake_root.rstrip('/')}/gold/_state/{app_id}"
         self.watermark_path = f"{self.state_root}/watermark"
         self.late_path = LATE_ARRIVALS.path(lake_root)
@@ -212,16 +222,20 @@ class EventTimeWriter:
         if self.count_state is not None and self.stats.state_rows is None:
             self.stats.state_rows = self.count_state(spark, self.state_root)
 
-    def _save_max(self, spark: SparkSession, max_micros: int, batch_id: int) -> None:
+    def _save_max(self, spark: SparkSession, max_micros: int, batch_id: int, txn: str, user_metadata: str | None) -> None:
         row = spark.createDataFrame(
             [(max_micros, batch_id)], "max_event_micros BIGINT, batch_id BIGINT"
         ).withColumn("saved_at", F.current_timestamp())
-        (row.write.format("delta").mode("overwrite")
-         .option("txnAppId", f"{self.app_id}-watermark").option("txnVersion", str(batch_id))
-         .save(self.watermark_path))
+        writer = (row.write.format("delta").mode("overwrite")
+                  .option("txnAppId", f"{txn}-watermark").option("txnVersion", str(batch_id)))
+        if user_metadata is not None:
+            writer = writer.option("userMetadata", user_metadata)
+        writer.save(self.watermark_path)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
+        record = self.batch_record(spark, batch_id)
+        txn = record.txn_app_id
         if self._max is _UNSET:
             self._max = self._saved_max(spark)
         max_before: int | None = self._max  # type: ignore[assignment]
@@ -241,21 +255,23 @@ class EventTimeWriter:
             if n_late:
                 late = to_late_arrivals(batch.where(is_late), flow=self.flow, table=self.target.name,
                                         event_time=self.event_time, watermark_micros=watermark)
-                append_once(late, self.late_path, app_id=f"{self.app_id}-late", batch_id=batch_id)
+                append_once(late, self.late_path, app_id=f"{txn}-late", batch_id=batch_id,
+                            user_metadata=record.metadata())
                 log.warning("flow %s: %d events behind the watermark %s went to late_arrivals",
                             self.flow, n_late, iso_micros(watermark))
             new_max = batch_max if max_before is None else max(max_before, batch_max or max_before)
             written = 0
             if rows - n_late:
-                at = Step(spark=spark, batch_id=batch_id, app_id=self.app_id, lake_root=self.lake_root,
+                at = Step(spark=spark, batch_id=batch_id, app_id=txn, lake_root=self.lake_root,
                           target=self.target, state_root=self.state_root, watermark=watermark,
-                          watermark_after=new_max - self.delay)
+                          watermark_after=new_max - self.delay, user_metadata=record.metadata())
                 written = self.step(self.aggregate(batch.where(~is_late)), at)
         finally:
             batch.unpersist()
         if new_max is not None:
-            # Saved last: a batch replayed after a crash finds the watermark it saw the first time.
-            self._save_max(spark, new_max, batch_id)
+            # Saved last: a batch replayed after a crash finds the watermark it saw the first time. Its
+            # commit is the batch's final one: a lost checkpoint is rebuilt with this batch committed.
+            self._save_max(spark, new_max, batch_id, txn, record.metadata(final=True))
             self._max = new_max
 
         stats = self.stats
@@ -273,7 +289,7 @@ class EventTimeWriter:
             stats.state_rows = self.count_state(spark, self.state_root)
 
 
-class RecomputeWriter:
+class RecomputeWriter(RecordsPositions):
     """A `(batch_df, batch_id)` function for a gold table of non-additive figures (percentiles) per time bucket.
 
     Percentiles cannot be merged from partials, so each batch recomputes the buckets it touches from
@@ -303,8 +319,10 @@ class RecomputeWriter:
             for p in self.silver_paths if DeltaTable.isDeltaTable(spark, p)
         ])
         fresh = self.compute(self.bucket(silver).join(keys, list(self.keys), "left_semi"))
-        at = Step(spark=spark, batch_id=batch_id, app_id=self.app_id, lake_root=self.lake_root, target=self.target,
-                  state_root="", watermark=None, watermark_after=0)
+        record = self.batch_record(spark, batch_id)
+        at = Step(spark=spark, batch_id=batch_id, app_id=record.txn_app_id, lake_root=self.lake_root,
+                  target=self.target, state_root="", watermark=None, watermark_after=0,
+                  user_metadata=record.metadata(final=True))
         written = at.merge(fresh, on=on_keys(self.keys))
         stats = self.stats
         stats.batches += 1
@@ -313,7 +331,7 @@ class RecomputeWriter:
         stats.rows_written += written
 
 
-class UpsertWriter:
+class UpsertWriter(RecordsPositions):
     """A `(batch_df, batch_id)` function for a stateless gold table: each batch's rows upserted on the keys, once."""
 
     def __init__(self, *, target: TableSpec, lake_root: str, app_id: str, compute: Callable[[DataFrame], DataFrame],
@@ -325,8 +343,10 @@ class UpsertWriter:
         """Nothing to fill in: the table has no watermark or state."""
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        at = Step(spark=batch.sparkSession, batch_id=batch_id, app_id=self.app_id, lake_root=self.lake_root,
-                  target=self.target, state_root="", watermark=None, watermark_after=0)
+        record = self.batch_record(batch.sparkSession, batch_id)
+        at = Step(spark=batch.sparkSession, batch_id=batch_id, app_id=record.txn_app_id, lake_root=self.lake_root,
+                  target=self.target, state_root="", watermark=None, watermark_after=0,
+                  user_metadata=record.metadata(final=True))
         written = at.merge(self.compute(batch), on=on_keys(self.keys))
         self.stats.batches += 1
         self.stats.rows_written += written

@@ -19,8 +19,12 @@ from streaming.context import FlowContext
 from streaming.flows import Flow
 from streaming.kafka_topics import KafkaUnreachable, admin_client
 from streaming.gold_batches import GoldBatchStats
+from streaming.positions import (
+    Recorded, StreamBinding, bronze_positions, commit_metadata, describe, inspect_checkpoint, is_exact_version,
+    kafka_starting_offsets, move_aside, rebuild_checkpoint, resume_point, table_id,
+)
 from streaming.silver_batches import SilverBatchStats
-from streaming.sources import read_delta_stream, read_kafka_stream
+from streaming.sources import read_delta_stream, read_kafka_stream, stream_path
 
 log = logging.getLogger(__name__)
 
@@ -54,25 +58,177 @@ def start_flow(
     spark: SparkSession, flow: Flow, ctx: FlowContext, *, trigger: dict[str, Any] | None = None,
     writer: Any = None,
 ) -> StreamingQuery:
-    """Start the flow's streaming query; `trigger` defaults to availableNow (catch up, then stop)."""
+    """Start the flow's streaming query; `trigger` defaults to availableNow (catch up, then stop).
+
+    A checkpoint that is missing or corrupt while the flow's tables record where it stood is
+    recovered first (`prepare_checkpoint`): the query resumes from those positions.
+    """
+    if flow.output == "batch":
+        writer = writer or flow.batch_writer(ctx)
+    resume = prepare_checkpoint(spark, flow, ctx, writer=writer)
     inputs = []
     for source in flow.sources:
         if isinstance(source, TopicSpec):
             # Spark's Kafka source retries an absent broker for a long time; say so at once instead.
             admin_client(ctx.kafka_bootstrap)
-            inputs.append(read_kafka_stream(spark, source, ctx))
+            inputs.append(read_kafka_stream(spark, source, ctx, starting_offsets=resume.kafka.get(source.name)))
         else:
-            inputs.append(read_delta_stream(spark, source, ctx))
+            inputs.append(read_delta_stream(spark, source, ctx, starting_version=resume.versions.get(source.name)))
     out = flow.apply(*inputs, ctx=ctx)
     path = flow.target.path(ctx.lake_root)
-    query_writer = out.writeStream.queryName(flow.name).option("checkpointLocation", flow.checkpoint(ctx))
+    checkpoint = flow.checkpoint(ctx)
+    query_writer = out.writeStream.queryName(flow.name).option("checkpointLocation", checkpoint)
     query_writer = query_writer.trigger(**(trigger or {"availableNow": True}))
     if flow.output == "batch":
-        return query_writer.foreachBatch(writer or flow.batch_writer(ctx)).start()
+        # The writer records with each commit where the batch's sources stood, and writes with txn app
+        # ids that carry the checkpoint's query id (streaming/positions.py).
+        writer.bind_stream(StreamBinding(
+            flow=flow.name, app=flow.app_id, checkpoint=checkpoint,
+            sources={s.name: "" if isinstance(s, TopicSpec) else stream_path(s, ctx) for s in flow.sources},
+            starting=resume.starting,
+        ))
+        return query_writer.foreachBatch(writer).start()
     if flow.target.partition_by:
         query_writer = query_writer.partitionBy(*flow.target.partition_by)
     # Delta's streaming sink commits (query id, batch id) with each write: a replayed batch is skipped.
+    # Its rows carry their Kafka coordinates, which are its positions (bronze_positions); the commits name the flow.
+    query_writer = query_writer.option("userMetadata", commit_metadata(flow.name, None, None))
     return query_writer.format("delta").outputMode("append").start(path)
+
+
+@dataclass
+class Resume:
+    """Where a query without a usable checkpoint starts (empty: as a new flow, or from its checkpoint)."""
+
+    kafka: dict[str, str] = field(default_factory=dict)      # topic -> startingOffsets JSON
+    versions: dict[str, int] = field(default_factory=dict)   # source table -> startingVersion
+    starting: dict[str, dict[str, int]] | None = None        # what batch 0 of the new checkpoint starts from
+
+
+class CheckpointUnusable(RuntimeError):
+    """A flow's checkpoint is gone and the positions recorded for it cannot be used; the message says why."""
+
+
+def prepare_checkpoint(spark: SparkSession, flow: Flow, ctx: FlowContext, *, writer: Any = None) -> Resume:
+    """Recover a flow's missing or corrupt checkpoint from the positions its tables record, and say so in the log.
+
+    - checkpoint readable: nothing to do;
+    - corrupt (unreadable metadata, offsets or commit file): moved aside to `<checkpoint>.corrupt-<utc>`,
+      then as missing;
+    - missing (no folder, or no offsets in it): a bronze flow starts at the Kafka offsets after those
+      its table holds; another flow rebuilds its checkpoint from the newest batch it recorded (same
+      query id, batch numbers and exact offsets: see streaming/positions.py), or, after a replay's swap
+      (positions without a query), starts a new checkpoint at startingVersion per source. A flow that
+      has recorded nothing starts as a new flow.
+    """
+    checkpoint = flow.checkpoint(ctx)
+    state = inspect_checkpoint(spark, checkpoint)
+    if state.state == "ok":
+        return Resume()
+    lost = state.state
+    if lost == "corrupt":
+        aside = move_aside(spark, checkpoint, "corrupt")
+        log.warning("checkpoint of flow %s at %s was corrupt (%s); moved it aside to %s",
+                    flow.name, checkpoint, state.reason, aside)
+    folder = lost == "missing" and state.folder_exists   # a folder with no offsets yet
+    if isinstance(flow.source, TopicSpec):
+        return _resume_bronze(spark, flow, ctx, checkpoint, lost)
+    names = {t.path(ctx.lake_root): t.name for t in (flow.target, *flow.also_writes)}
+    for state in _state_tables(spark, writer):
+        names[state] = state[len(ctx.lake_root.rstrip("/")) + 1:]
+    found = resume_point(spark, flow.name, flow.app_id, names)
+    if found is None:
+        if lost == "corrupt":
+            log.warning("flow %s has recorded no positions in its tables; it starts from the beginning of %s",
+                        flow.name, ", ".join(s.name for s in flow.sources))
+        return Resume()
+    _check_sources(spark, flow, ctx, found)
+    where = f"{names[found.table]} version {found.table_version}"
+    if found.query is None:
+        # The batch lane's replay wrote this table and said where each source stands: a new checkpoint there.
+        versions = {name: int(pos["version"]) for name, pos in found.sources.items()}
+        log.warning("checkpoint of flow %s at %s was %s; resuming from the positions recorded in %s: %s "
+                    "(a new checkpoint)", flow.name, checkpoint, lost, where, describe(found.sources))
+        return Resume(versions=versions, starting={name: {"version": v} for name, v in versions.items()})
+    if folder:
+        move_aside(spark, checkpoint, "empty")
+    rebuild_checkpoint(spark, checkpoint, found)
+    replay = "" if found.record.get("final") else (
+        f"; batch {found.batch} did not record its last write, so it runs again with the same input and "
+        "Delta skips the writes it had made")
+    log.warning("checkpoint of flow %s at %s was %s; resuming from the positions recorded in %s: %s "
+                "(rebuilt the checkpoint of query %s at batch %d%s)", flow.name, checkpoint, lost, where,
+                describe(_plain(found.sources)), found.query, found.batch, replay)
+    start = found.record.get("from") if found.batch == 0 else None
+    versions = {name: int(pos["version"]) for name, pos in (start or {}).items() if pos}
+    return Resume(versions=versions, starting=start)
+
+
+def _resume_bronze(spark: SparkSession, flow: Flow, ctx: FlowContext, checkpoint: str, lost: str) -> Resume:
+    """A bronze flow resumes at the Kafka offsets after the highest its table holds, per partition."""
+    topic = flow.source
+    path = flow.target.path(ctx.lake_root)
+    positions = bronze_positions(spark, path)
+    if not positions:
+        if lost == "corrupt":
+            log.warning("%s holds no rows; flow %s starts from the earliest offsets of %s",
+                        flow.target.name, flow.name, topic.name)
+        return Resume()
+    metadata = admin_client(ctx.kafka_bootstrap).list_topics(topic.name, timeout=10).topics.get(topic.name)
+    partitions = sorted(metadata.partitions) if metadata is not None and metadata.partitions else []
+    partitions = sorted(set(partitions) | set(positions.get(topic.name, {})))
+    starting = kafka_starting_offsets(positions, {topic.name: partitions})
+    at = positions.get(topic.name, {})
+    said = ", ".join(f"partition {p} at offset {at[p]}" if p in at else f"partition {p} from the earliest offset"
+                     for p in partitions)
+    log.warning("checkpoint of flow %s at %s was %s; resuming from the positions recorded in %s version %s: "
+                "%s %s (after the Kafka coordinates of its rows)", flow.name, checkpoint, lost, flow.target.name,
+                table_version(spark, path), topic.name, said)
+    return Resume(kafka={topic.name: starting})
+
+
+def _state_tables(spark: SparkSession, writer: Any) -> list[str]:
+    """The Delta tables in a stateful writer's state folder (its watermark, a join's buffer)."""
+    root = getattr(writer, "state_root", "") or ""
+    if not root:
+        return []
+    jpath = spark._jvm.org.apache.hadoop.fs.Path(root)
+    fs = jpath.getFileSystem(spark._jsc.hadoopConfiguration())
+    if not fs.exists(jpath):
+        return []
+    return [f"{root}/{s.getPath().getName()}" for s in fs.listStatus(jpath) if s.isDirectory()]
+
+
+def _plain(positions: dict[str, Any]) -> dict[str, Any]:
+    return {name: {k: v for k, v in (pos or {}).items() if k != "table_id"} if pos else pos
+            for name, pos in positions.items()}
+
+
+def _check_sources(spark: SparkSession, flow: Flow, ctx: FlowContext, found: Recorded) -> None:
+    """The recorded positions name every source of the flow, as the same tables (not replaced since)."""
+    names = {s.name for s in flow.sources}
+    recorded = found.sources
+    where = f"version {found.table_version} of {found.table}"
+    if set(recorded) != names:
+        raise CheckpointUnusable(
+            f"The positions recorded for flow {flow.name} in {where} name {', '.join(sorted(recorded)) or 'no source'}, "
+            f"but the flow reads {', '.join(sorted(names))}; replay its table (lakehouse replay {flow.target.name}).")
+    if found.query is None:
+        inexact = [n for n, pos in recorded.items() if not is_exact_version(pos)]
+        if inexact:
+            raise CheckpointUnusable(
+                f"The positions recorded for flow {flow.name} in {where} are not whole versions for "
+                f"{', '.join(inexact)}; record {{\"version\": V}} per source.")
+        return
+    by_name = {s.name: s for s in flow.sources}
+    for positions in (recorded, found.record.get("from") or {}):
+        for name, pos in positions.items():
+            if not pos or "table_id" not in pos or isinstance(by_name[name], TopicSpec):
+                continue
+            if pos["table_id"] != table_id(spark, stream_path(by_name[name], ctx)):
+                raise CheckpointUnusable(
+                    f"Flow {flow.name} cannot resume from the positions recorded in {where}: {name} has been "
+                    f"replaced by another table since; replay {flow.target.name} (lakehouse replay {flow.target.name}).")
 
 
 def table_version(spark: SparkSession, path: str) -> int | None:
@@ -160,19 +316,27 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
         log.info("flow %s: %s has no rows yet; nothing to do", flow.name, ", ".join(missing))
         return FlowRun(flow=flow.name, table=flow.target.name, waiting_for=missing,
                        delta_version=table_version(spark, path))
-    writer = flow.batch_writer(ctx) if flow.output == "batch" else None
     # A Delta sink's rows are counted from the history after this version; batch writers count their own.
     before = table_version(spark, path)
-    query = start_flow(spark, flow, ctx, writer=writer)
-    watchdog = BrokerWatchdog(query, ctx.kafka_bootstrap) if isinstance(flow.source, TopicSpec) else None
-    try:
-        query.awaitTermination()  # raises the query's own error if it failed
-    except Exception as exc:
-        _raise_if_kafka_lost(flow, ctx, exc)
-        raise
-    finally:
-        if watchdog:
-            watchdog.close()
+    for attempt in (1, 2):
+        writer = flow.batch_writer(ctx) if flow.output == "batch" else None
+        query = start_flow(spark, flow, ctx, writer=writer)
+        watchdog = BrokerWatchdog(query, ctx.kafka_bootstrap) if isinstance(flow.source, TopicSpec) else None
+        try:
+            query.awaitTermination()  # raises the query's own error if it failed
+            break
+        except Exception as exc:
+            _raise_if_kafka_lost(flow, ctx, exc)
+            if attempt == 1 and not query.recentProgress and _unreadable_checkpoint(exc):
+                # Spark could not read what the checkpoint holds: recover it as a corrupt one, once.
+                aside = move_aside(spark, flow.checkpoint(ctx), "corrupt")
+                log.warning("checkpoint of flow %s at %s could not be read when the query started (%s); moved it "
+                            "aside to %s", flow.name, flow.checkpoint(ctx), str(exc).splitlines()[0][:300], aside)
+                continue
+            raise
+        finally:
+            if watchdog:
+                watchdog.close()
     if watchdog and watchdog.lost:
         raise _lost(flow, ctx)
     progress = query.recentProgress
@@ -199,6 +363,19 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
         flow.name, run.input_rows, run.rows_written, flow.target.name, run.delta_version, run.duration_s,
     )
     return run
+
+
+# What Spark and Delta say when a checkpoint's offset or commit log cannot be used (not a data error).
+_CHECKPOINT_ERRORS = (
+    "DELTA_INVALID_SOURCE_OFFSET_FORMAT", "DELTA_INVALID_SOURCE_VERSION", "DELTA_INVALID_FORMAT_FROM_SOURCE_VERSION",
+    "Log file was malformed", "INVALID_LOG_VERSION", "UnsupportedLogVersion", "ChecksumException",
+    "Checksum error",
+)
+
+
+def _unreadable_checkpoint(exc: Exception) -> bool:
+    text = str(exc)
+    return any(marker in text for marker in _CHECKPOINT_ERRORS)
 
 
 class BrokerWatchdog:

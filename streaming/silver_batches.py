@@ -14,7 +14,8 @@ Spark's own `dropDuplicatesWithinWatermark` drops the late rows with only a coun
 step keeps its own watermark. It is derived from silver itself (max event time at start, then from each
 batch it writes), and silver is written last in each batch, so a batch replayed after a crash sees the
 watermark it saw the first time. Each table is appended with Delta's (txnAppId, txnVersion), so a
-replayed batch is never written twice.
+replayed batch is never written twice; each commit also records where the batch's source stood, the
+last one marked final, so that a lost checkpoint can be rebuilt (streaming/positions.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pyspark.sql import functions as F
 from schemas.events import EventSchema
 from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
 from streaming.context import iso_micros
+from streaming.positions import RecordsPositions
 from streaming.sinks import append_once
 from streaming.transforms.silver import to_late_arrivals, to_quarantine, to_silver
 
@@ -57,7 +59,7 @@ class SilverBatchStats:
         return iso_micros(self.watermark_micros)
 
 
-class SilverWriter:
+class SilverWriter(RecordsPositions):
     """A `(parsed_batch, batch_id)` function that writes one parsed micro-batch to silver, quarantine and late arrivals."""
 
     def __init__(
@@ -84,6 +86,8 @@ class SilverWriter:
 
     def __call__(self, parsed: DataFrame, batch_id: int) -> None:
         spark = parsed.sparkSession
+        batch = self.batch_record(spark, batch_id)
+        txn = batch.txn_app_id
         if self._max_micros is _UNSET:
             self._max_micros = self._silver_max_micros(spark)
         max_micros = self._max_micros
@@ -92,6 +96,7 @@ class SilverWriter:
         is_late = F.lit(False) if watermark is None else F.unix_micros(event_time) < watermark
 
         parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+        fresh = None
         try:
             counts = parsed.groupBy(F.coalesce("reason", F.when(is_late, "_late").otherwise("_valid")).alias("k")).count()
             by_kind = {row["k"]: row["count"] for row in counts.collect()}
@@ -99,29 +104,31 @@ class SilverWriter:
             n_valid = by_kind.pop("_valid", 0)
             n_quarantined = sum(by_kind.values())
             valid = to_silver(parsed, schema=self.schema)
-
-            if n_quarantined:
-                append_once(to_quarantine(parsed, schema=self.schema), self.quarantine_path,
-                            app_id=f"{self.app_id}-quarantine", batch_id=batch_id)
-            if n_late:
-                late = to_late_arrivals(valid.where(is_late), flow=self.flow, table=self.silver.name,
-                                        event_time=self.schema.event_time, watermark_micros=watermark)
-                append_once(late, self.late_path, app_id=f"{self.app_id}-late", batch_id=batch_id)
             n_new, new_max = 0, None
             if n_valid:
                 fresh = self._first_copies(valid.where(~is_late))
                 if watermark is not None:
                     fresh = self._not_in_silver(spark, fresh, watermark)
                 fresh = fresh.persist(StorageLevel.MEMORY_AND_DISK)
-                try:
-                    n_new, new_max = fresh.agg(F.count(F.lit(1)), F.max(F.unix_micros(event_time))).first()
-                    if n_new:
-                        # Written last: see the module docstring for why the order matters.
-                        append_once(fresh, self.silver_path, app_id=self.app_id, batch_id=batch_id,
-                                    partition_by=self.silver.partition_by)
-                finally:
-                    fresh.unpersist()
+                n_new, new_max = fresh.agg(F.count(F.lit(1)), F.max(F.unix_micros(event_time))).first()
+            # Each write records the batch's source positions; the last one is marked final (positions.py).
+            last = "silver" if n_new else "late" if n_late else "quarantine"
+            if n_quarantined:
+                append_once(to_quarantine(parsed, schema=self.schema), self.quarantine_path,
+                            app_id=f"{txn}-quarantine", batch_id=batch_id,
+                            user_metadata=batch.metadata(final=last == "quarantine"))
+            if n_late:
+                late = to_late_arrivals(valid.where(is_late), flow=self.flow, table=self.silver.name,
+                                        event_time=self.schema.event_time, watermark_micros=watermark)
+                append_once(late, self.late_path, app_id=f"{txn}-late", batch_id=batch_id,
+                            user_metadata=batch.metadata(final=last == "late"))
+            if n_new:
+                # Written last: see the module docstring for why the order matters.
+                append_once(fresh, self.silver_path, app_id=txn, batch_id=batch_id,
+                            partition_by=self.silver.partition_by, user_metadata=batch.metadata(final=True))
         finally:
+            if fresh is not None:
+                fresh.unpersist()
             parsed.unpersist()
 
         if new_max is not None:

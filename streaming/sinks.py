@@ -22,13 +22,19 @@ def ensure_table(batch_df: DataFrame, table: TableSpec, path: str) -> None:
     builder.execute()
 
 
-def append_once(df: DataFrame, path: str, *, app_id: str, batch_id: int, partition_by: tuple[str, ...] = ()) -> None:
-    """Append a micro-batch's rows to a Delta table; Delta skips the write if (app_id, batch_id) already committed."""
+def append_once(df: DataFrame, path: str, *, app_id: str, batch_id: int, partition_by: tuple[str, ...] = (),
+                user_metadata: str | None = None) -> None:
+    """Append a micro-batch's rows to a Delta table; Delta skips the write if (app_id, batch_id) already committed.
+
+    `user_metadata` goes into the commit's userMetadata (the source positions, streaming/positions.py).
+    """
     writer = (
         df.write.format("delta").mode("append")
         .option("txnAppId", app_id)
         .option("txnVersion", str(batch_id))
     )
+    if user_metadata is not None:
+        writer = writer.option("userMetadata", user_metadata)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.save(path)

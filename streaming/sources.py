@@ -1,4 +1,4 @@
-"""Streaming reads: a Kafka topic from its earliest offset, or a Delta table's appends."""
+"""Streaming reads: a Kafka topic from its earliest offset, or a Delta table's appends (or from recorded positions)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,18 @@ from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 
 
-def read_kafka_stream(spark: SparkSession, topic: TopicSpec, ctx: FlowContext) -> DataFrame:
-    """The topic as an unbounded DataFrame (key, value, headers, coordinates, timestamp)."""
+def read_kafka_stream(spark: SparkSession, topic: TopicSpec, ctx: FlowContext, *,
+                      starting_offsets: str | None = None) -> DataFrame:
+    """The topic as an unbounded DataFrame (key, value, headers, coordinates, timestamp).
+
+    A new checkpoint starts at `starting_offsets` (Spark's JSON of offsets per partition: where a lost
+    checkpoint's flow resumes), else at the earliest offsets; an existing checkpoint ignores it.
+    """
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", ctx.kafka_bootstrap)
         .option("subscribe", topic.name)
-        .option("startingOffsets", "earliest")
+        .option("startingOffsets", starting_offsets or "earliest")
         .option("includeHeaders", "true")
         # Offsets that vanished (retention) must stop the stream loudly, never skip silently. A compacted
         # changelog has gaps by design (older values of a key removed), which Spark would take for loss.
@@ -30,11 +35,23 @@ def read_kafka_stream(spark: SparkSession, topic: TopicSpec, ctx: FlowContext) -
     return reader.load()
 
 
-def read_delta_stream(spark: SparkSession, table: TableSpec, ctx: FlowContext) -> DataFrame:
-    """The appends to a Delta table as an unbounded DataFrame."""
+def stream_path(table: TableSpec, ctx: FlowContext) -> str:
+    """Where a streaming flow reads the Delta table `table`."""
+    return table.path(ctx.lake_root)
+
+
+def read_delta_stream(spark: SparkSession, table: TableSpec, ctx: FlowContext, *,
+                      starting_version: int | None = None) -> DataFrame:
+    """The appends to a Delta table as an unbounded DataFrame.
+
+    A new checkpoint reads the changes from `starting_version` on (where a lost checkpoint's flow
+    resumes), else the table as it is and then its changes; an existing checkpoint ignores it.
+    """
     # A backfill or replay rewrites rows of this table and recomputes the tables downstream itself, so a
     # reader skips those rewrite commits instead of stopping for good (DELTA_SOURCE_TABLE_IGNORE_CHANGES).
     reader = spark.readStream.format("delta").option("skipChangeCommits", "true")
     if ctx.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(ctx.max_files_per_trigger))
-    return reader.load(table.path(ctx.lake_root))
+    if starting_version is not None:
+        reader = reader.option("startingVersion", str(starting_version))
+    return reader.load(stream_path(table, ctx))
