@@ -10,6 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from infra.retention import MIN_WINDOW_MS, duration_ms
+
 PREFIX = "LAKEHOUSE_"
 
 
@@ -138,6 +140,11 @@ WATERMARKS = Rule(
     'write it as flow=duration;flow=duration, e.g. "gold_sessions=1 hour;gold_order_payments=45 minutes"',
     _parse_pairs, _is_watermarks)
 SPARK_CONF = Rule("write it as key=value;key=value with spark.* keys", _parse_conf, _is_conf)
+REPLAY_WINDOW = Rule(
+    'use a Spark interval of at least 1 hour such as "7 days" or "1 day 12 hours"',
+    check=lambda v: DURATION.check(v) and duration_ms(v) >= MIN_WINDOW_MS)
+CRON = _matching(r"[\w*/,?#LW-]+(?: [\w*/,?#LW-]+){4}",
+                 'use a five-field cron expression such as "0 3 * * *" (minute hour day month weekday, UTC)')
 
 
 def _setting(default: Any, help: str, rule: Rule) -> Any:
@@ -241,6 +248,11 @@ class Settings:
         DURATION)
     event_time_floor: str = _setting(
         "2000-01-01T00:00:00Z", "Event times before this ISO-8601 instant are quarantined as implausible.", INSTANT)
+    replay_window: str = _setting(
+        "7 days", "How far back the lake can be replayed: topics keep records, VACUUM keeps removed files and Delta "
+        "keeps its log (time travel) at least this long; `lakehouse doctor` checks it.", REPLAY_WINDOW)
+    maintenance_cron: str = _setting(
+        "0 3 * * *", "When the nightly compaction (OPTIMIZE) and VACUUM run: a cron expression in UTC.", CRON)
 
     def __post_init__(self) -> None:
         home = self.home

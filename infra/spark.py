@@ -9,6 +9,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from infra.jars import jar_paths
+from infra.retention import table_defaults
 from infra.settings import Settings
 
 LOG4J2_FILE = Path(__file__).resolve().parent / "conf" / "spark-log4j2.properties"
@@ -49,6 +50,9 @@ def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str
         "spark.sql.streaming.stateStore.providerClass": (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
+        # The replay window (LAKEHOUSE_REPLAY_WINDOW) as every new table's deleted-file and log retention:
+        # set at creation, because a later ALTER is a metadata commit that stops the table's readers.
+        **table_defaults(settings.replay_window),
     }
     conf.update(settings.spark_conf)
     return conf

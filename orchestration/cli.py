@@ -79,11 +79,13 @@ def cmd_kafka(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_topics(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.retention import duration_ms
     from orchestration.sql import format_table
     from schemas import topics
     from streaming.kafka_topics import ensure_topics
 
-    statuses = ensure_topics(settings.kafka_bootstrap, topics.ALL, replication_factor=settings.kafka_replication_factor)
+    statuses = ensure_topics(settings.kafka_bootstrap, topics.ALL, replication_factor=settings.kafka_replication_factor,
+                             replay_window_ms=duration_ms(settings.replay_window))
     rows = [
         (s.name, "created" if s.created else "exists", s.partitions, s.messages,
          "; ".join(f"{k}: spec {v['spec']}, live {v['live']}" for k, v in s.drift.items()) or "none")
@@ -205,6 +207,26 @@ def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     rows = [(env, settings.shown(env.removeprefix("LAKEHOUSE_").lower()), meaning) for env, _, meaning in Settings.describe()]
     print(format_table(("variable", "value now", "meaning"), rows))
     return 0
+
+
+def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
+    from orchestration.maintenance import doctor_findings
+    from orchestration.sql import format_table
+
+    findings = doctor_findings(settings)
+    shown = [f for f in findings if args.all or f.status != "absent"]
+    print(format_table(("kind", "name", "setting", "live", "needed", "status"),
+                       [(f.kind, f.name, f.setting, f.live, f.needed, f.status) for f in shown]))
+    absent = sorted({f.name for f in findings if f.status == "absent"})
+    if absent and not args.all:
+        print(f"Not created yet (nothing to check): {', '.join(absent)}.")
+    failed = [f for f in findings if f.failed]
+    for f in failed:
+        print(f"- {f.problem}")
+    print(f"{len(failed)} problem{'s' if len(failed) != 1 else ''} with the replay window of {settings.replay_window} "
+          "(LAKEHOUSE_REPLAY_WINDOW); each line above says how to fix it." if failed else
+          f"Every topic and table keeps at least the replay window of {settings.replay_window} (LAKEHOUSE_REPLAY_WINDOW).")
+    return 1 if failed else 0
 
 
 # ---------------------------------------------------------------- parser
@@ -337,6 +359,18 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Every setting is read once from a LAKEHOUSE_* environment variable; this prints each "
                                    "one with the value in force now and what it controls.")
     p.set_defaults(fn=cmd_settings)
+
+    p = sub.add_parser(
+        "doctor", help="check that every topic and table keeps at least the replay window (exit 1 if not)",
+        description="One retention policy follows from LAKEHOUSE_REPLAY_WINDOW (default 7 days): topics keep "
+                    "records (retention.ms, and no retention.bytes limit), and Delta tables keep removed files "
+                    "(delta.deletedFileRetentionDuration, what VACUUM obeys) and their log "
+                    "(delta.logRetentionDuration: time travel, where a stopped stream resumes) at least that long. "
+                    "This reads the live values from the broker and every table, prints them in a table, and for "
+                    "each one that no longer covers the window says in one sentence how to fix it. Exits 1 when "
+                    "something fails, 0 when all is well.")
+    p.add_argument("--all", action="store_true", help="also list the topics and tables that do not exist yet")
+    p.set_defaults(fn=cmd_doctor)
     return parser
 
 

@@ -10,6 +10,7 @@ from infra.settings import Settings
 from orchestration.assets import build_assets
 from orchestration.catch_up import CATCH_UP_JOB, catch_up_job
 from orchestration.checks import build_checks
+from orchestration.maintenance import build_maintenance
 from orchestration.partitions import daily
 from orchestration.resources import build_resources
 
@@ -48,12 +49,13 @@ def build_definitions(settings: Settings) -> dg.Definitions:
                   "lakehouse/command": "nightly reconciliation"},
         )
 
+    maintenance = build_maintenance(settings)  # compaction and VACUUM, retention checks, their nightly schedule
     return dg.Definitions(
-        assets=assets,
-        asset_checks=build_checks(),
+        assets=[*assets, *maintenance["assets"]],
+        asset_checks=[*build_checks(), *maintenance["asset_checks"]],
         resources=build_resources(settings),
-        jobs=[catch_up_job, backfill_job],
-        schedules=[nightly_reconciliation],
+        jobs=[catch_up_job, backfill_job, *maintenance["jobs"]],
+        schedules=[nightly_reconciliation, *maintenance["schedules"]],
         # One Spark session per run: steps share it instead of each starting a JVM.
         executor=dg.in_process_executor,
     )

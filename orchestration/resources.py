@@ -21,6 +21,7 @@ class SparkResource(dg.ConfigurableResource):
     log_dir: str
     ui: bool = False
     extra_conf: dict[str, str] = {}     # never a secret: resource config shows in the Dagster UI
+    replay_window: str = "7 days"       # new tables keep removed files and their log this long
 
     def session(self) -> SparkSession:
         # Secrets (object-store keys, passwords) come from the environment when the session starts.
@@ -29,7 +30,7 @@ class SparkResource(dg.ConfigurableResource):
             Settings(
                 home=self.home, jars_dir=self.jars_dir, log_dir=self.log_dir, spark_master=self.master,
                 spark_driver_memory=self.driver_memory, spark_shuffle_partitions=self.shuffle_partitions,
-                spark_ui=self.ui, spark_conf={**secrets, **self.extra_conf},
+                spark_ui=self.ui, spark_conf={**secrets, **self.extra_conf}, replay_window=self.replay_window,
             )
         )
 
@@ -57,6 +58,7 @@ class LakeResource(dg.ConfigurableResource):
     event_time_floor: str = "2000-01-01T00:00:00Z"
     event_time_max_ahead: str = "1 day"
     max_offsets_per_trigger: int = 0
+    replay_window: str = "7 days"       # what VACUUM keeps and the retention checks require
 
     def flow_context(self, kafka: KafkaResource) -> FlowContext:
         return FlowContext(
@@ -85,6 +87,7 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
             shuffle_partitions=settings.spark_shuffle_partitions, home=settings.home,
             jars_dir=settings.jars_dir, log_dir=settings.log_dir, ui=settings.spark_ui,
             extra_conf={k: v for k, v in settings.spark_conf.items() if not is_secret(k)},
+            replay_window=settings.replay_window,
         ),
         "kafka": KafkaResource(
             bootstrap_servers=settings.kafka_bootstrap, replication_factor=settings.kafka_replication_factor
@@ -96,5 +99,6 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
             sliding_window=settings.sliding_window, sliding_threshold=settings.sliding_threshold,
             session_gap=settings.session_gap, payment_within=settings.payment_within, max_offsets_per_trigger=settings.max_offsets_per_trigger,
             event_time_floor=settings.event_time_floor, event_time_max_ahead=settings.event_time_max_ahead,
+            replay_window=settings.replay_window,
         ),
     }

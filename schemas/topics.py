@@ -32,11 +32,15 @@ class TopicSpec:
         """A Dagster-safe name: shop.orders.v1 -> shop_orders_v1."""
         return self.name.replace(".", "_").replace("-", "_")
 
-    def config(self) -> dict[str, str]:
-        """The topic-level configuration the broker should hold for this topic."""
+    def config(self, replay_window_ms: int = 0) -> dict[str, str]:
+        """The topic-level configuration the broker should hold for this topic.
+
+        A topic that deletes by time keeps records at least the replay window (LAKEHOUSE_REPLAY_WINDOW, in
+        ms); the spec's own retention wins when it is longer (-1: forever).
+        """
         return {
             "cleanup.policy": self.cleanup_policy,
-            "retention.ms": str(self.retention_ms),
+            "retention.ms": str(self.retention_ms if self.retention_ms < 0 else max(self.retention_ms, replay_window_ms)),
             # The broker stamps each record when it appends it: bronze's third timestamp.
             "message.timestamp.type": "LogAppendTime",
             **self.extra_config,

@@ -48,13 +48,15 @@ def admin_client(bootstrap: str, timeout_s: float = 10) -> AdminClient:
     return admin
 
 
-def _create_missing(admin: AdminClient, specs: list[TopicSpec], replication_factor: int) -> set[str]:
+def _create_missing(admin: AdminClient, specs: list[TopicSpec], replication_factor: int,
+                    replay_window_ms: int = 0) -> set[str]:
     existing = set(admin.list_topics(timeout=10).topics)
     missing = [s for s in specs if s.name not in existing]
     if not missing:
         return set()
     futures = admin.create_topics(
-        [NewTopic(s.name, num_partitions=s.partitions, replication_factor=replication_factor, config=s.config())
+        [NewTopic(s.name, num_partitions=s.partitions, replication_factor=replication_factor,
+                  config=s.config(replay_window_ms))
          for s in missing]
     )
     created = set()
@@ -94,8 +96,9 @@ def end_offsets(admin: AdminClient, topic: str, partitions: int, timeout_s: floa
             time.sleep(0.3)
 
 
-def describe_topics(admin: AdminClient, specs: Iterable[TopicSpec], created: set[str] = frozenset()) -> list[TopicStatus]:
-    """Live partitions, config and end offsets of each topic, and where they differ from the spec."""
+def describe_topics(admin: AdminClient, specs: Iterable[TopicSpec], created: set[str] = frozenset(),
+                    replay_window_ms: int = 0) -> list[TopicStatus]:
+    """Live partitions, config and end offsets of each topic, and where they differ from the spec (and window)."""
     specs = list(specs)
     metadata = admin.list_topics(timeout=10).topics
     resources = [ConfigResource(ResourceType.TOPIC, s.name) for s in specs if s.name in metadata]
@@ -109,7 +112,7 @@ def describe_topics(admin: AdminClient, specs: Iterable[TopicSpec], created: set
         partitions = len(metadata[spec.name].partitions)
         drift = {
             key: {"spec": want, "live": str(live.get(key))}
-            for key, want in spec.config().items()
+            for key, want in spec.config(replay_window_ms).items()
             if str(live.get(key)) != want
         }
         if partitions != spec.partitions:
@@ -124,12 +127,16 @@ def describe_topics(admin: AdminClient, specs: Iterable[TopicSpec], created: set
     return statuses
 
 
-def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], *, replication_factor: int = 1) -> list[TopicStatus]:
-    """Create missing topics from their specs (idempotent); existing ones are compared, never altered."""
+def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], *, replication_factor: int = 1,
+                  replay_window_ms: int = 0) -> list[TopicStatus]:
+    """Create missing topics from their specs (idempotent); existing ones are compared, never altered.
+
+    `replay_window_ms` (LAKEHOUSE_REPLAY_WINDOW): topics that delete by time keep records at least that long.
+    """
     specs = list(specs)
     admin = admin_client(bootstrap)
-    created = _create_missing(admin, specs, replication_factor)
-    statuses = describe_topics(admin, specs, created)
+    created = _create_missing(admin, specs, replication_factor, replay_window_ms)
+    statuses = describe_topics(admin, specs, created, replay_window_ms)
     for status in statuses:
         if status.drift:
             log.warning("topic %s differs from its spec: %s", status.name, status.drift)

@@ -162,6 +162,7 @@ SAMPLES = {
     "LAKEHOUSE_GOLD_WATERMARKS": "gold_sessions=1 hour", "LAKEHOUSE_HOPPING_WINDOW_SIZE": "30 minutes",
     "LAKEHOUSE_HOPPING_WINDOW_SLIDE": "5 minutes", "LAKEHOUSE_SLIDING_WINDOW": "1 hour",
     "LAKEHOUSE_SLIDING_THRESHOLD": "5", "LAKEHOUSE_SESSION_GAP": "45 minutes", "LAKEHOUSE_PAYMENT_WITHIN": "1 hour",
+    "LAKEHOUSE_REPLAY_WINDOW": "14 days", "LAKEHOUSE_MAINTENANCE_CRON": "30 4 * * *",
 }
 
 
@@ -190,6 +191,7 @@ def test_every_described_variable_is_read_by_from_env():
         ("LAKEHOUSE_GOLD_WATERMARK", "-10 minutes", "Spark interval"),
         ("LAKEHOUSE_GOLD_WATERMARK", "0 minutes", "Spark interval"),
         ("LAKEHOUSE_SILVER_DEDUP_WATERMARK", "1 fortnight", "Spark interval"),
+        ("LAKEHOUSE_REPLAY_WINDOW", "30 minutes", "at least 1 hour"),
         ("LAKEHOUSE_EVENT_TIME_MAX_AHEAD", "1 day;DROP", "Spark interval"),
         ("LAKEHOUSE_EVENT_TIME_FLOOR", "yesterday", "ISO-8601 instant"),
         ("LAKEHOUSE_EVENT_TIME_FLOOR", "2000-01-01T00:00:00", "with a zone"),
