@@ -27,7 +27,8 @@ def test_definitions_load_with_the_expected_lineage():
     dg.Definitions.validate_loadable(defs)
     specs = {s.key: s for s in defs.resolve_all_asset_specs()}
     shared = {dg.AssetKey("quarantine"), dg.AssetKey("late_arrivals")}
-    expected = {topic_key(t) for t in topics.ALL} | {dg.AssetKey(n) for n in flows.asset_names()} | shared
+    maintenance = {dg.AssetKey("compaction"), dg.AssetKey("vacuum")}
+    expected = {topic_key(t) for t in topics.ALL} | {dg.AssetKey(n) for n in flows.asset_names()} | shared | maintenance
     assert set(specs) == expected
     silver = {dg.AssetKey(f"silver_{entity}") for entity in ("page_views", "orders", "payments", "products", "customers")}
     # written by every silver flow, so downstream of each silver asset in the lineage (late arrivals: gold's too)
@@ -38,6 +39,10 @@ def test_definitions_load_with_the_expected_lineage():
     assert {d.asset_key for d in specs[dg.AssetKey("gold_revenue_per_minute")].deps} == {dg.AssetKey("silver_orders")}
     assert all(s.description for s in specs.values())
     assert defs.resolve_job_def("catch_up") is not None
+    # Maintenance: its own group, job and nightly schedule; VACUUM after compaction.
+    assert {specs[k].group_name for k in maintenance} == {"maintenance"}
+    assert {d.asset_key for d in specs[dg.AssetKey("vacuum")].deps} == {dg.AssetKey("compaction")}
+    assert defs.resolve_schedule_def("nightly_maintenance").job_name == defs.resolve_job_def("maintenance").name
 
 
 def _metadata(result: dg.ExecuteInProcessResult) -> dict[str, dict]:
