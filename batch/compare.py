@@ -97,10 +97,12 @@ def diff_frame(stream: DataFrame, batch: DataFrame, keys: tuple[str, ...], ignor
     return joined.select(
         *[F.coalesce(F.col(f"_s_{k}"), F.col(f"_b_{k}")).alias(k) for k in keys],
         kind.alias("kind"),
+        F.col("_s").isNotNull().alias("_in_stream"),
+        F.col("_b").isNotNull().alias("_in_batch"),
         F.to_json(F.col("_s").dropFields("_row")).alias("stream"),
         F.to_json(F.col("_b").dropFields("_row")).alias("batch"),
         F.when(kind == "changed", differing).alias("columns"),
-    ).where(F.col("kind").isNotNull())
+    )
 
 
 def diff_tables(stream: DataFrame | None, batch: DataFrame | None, table: TableSpec, *, limit: int = 20,
@@ -114,20 +116,25 @@ def diff_tables(stream: DataFrame | None, batch: DataFrame | None, table: TableS
     stream = stream if stream is not None else spark.createDataFrame([], schema)
     batch = batch if batch is not None else spark.createDataFrame([], schema)
     keys = table.keys
-    result.stream_rows, result.batch_rows = stream.count(), batch.count()
+    # Not cached: Spark's cache would stand in for later reads of the live table, whose streams keep writing it.
+    joined = diff_frame(stream, batch, keys, ignore)
+    # One pass gives the row counts of both sides and the differences by kind.
+    totals = joined.agg(
+        F.count(F.when(F.col("_in_stream"), 1)).alias("stream"), F.count(F.when(F.col("_in_batch"), 1)).alias("batch"),
+        *[F.count(F.when(F.col("kind") == k, 1)).alias(k) for k in ("only_stream", "only_batch", "changed")],
+    ).first()
+    result.stream_rows, result.batch_rows = totals["stream"], totals["batch"]
+    result.only_stream, result.only_batch, result.changed = totals["only_stream"], totals["only_batch"], totals["changed"]
     result.duplicate_keys = stream.groupBy(*keys).count().where(F.col("count") > 1).count()
-    diffs = diff_frame(stream, batch, keys, ignore).cache()
-    counts = {r["kind"]: r["count"] for r in diffs.groupBy("kind").count().collect()}
-    result.only_stream = counts.get("only_stream", 0)
-    result.only_batch = counts.get("only_batch", 0)
-    result.changed = counts.get("changed", 0)
-    for row in diffs.orderBy(*keys).limit(limit).collect():
-        result.samples.append({
-            "key": {k: _plain(row[k]) for k in keys}, "kind": row["kind"],
-            "stream": json.loads(row["stream"]) if row["stream"] else None,
-            "batch": json.loads(row["batch"]) if row["batch"] else None,
-            "columns": list(row["columns"] or []),
-        })
+    diffs = joined.where(F.col("kind").isNotNull()).drop("_in_stream", "_in_batch")
+    if result.differences and limit:
+        for row in diffs.orderBy(*keys).limit(limit).collect():
+            result.samples.append({
+                "key": {k: _plain(row[k]) for k in keys}, "kind": row["kind"],
+                "stream": json.loads(row["stream"]) if row["stream"] else None,
+                "batch": json.loads(row["batch"]) if row["batch"] else None,
+                "columns": list(row["columns"] or []),
+            })
     return result, diffs
 
 

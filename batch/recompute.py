@@ -74,7 +74,7 @@ def read_input(spark: SparkSession, source: TopicSpec | TableSpec, ctx: FlowCont
         reader = reader.option("versionAsOf", inputs.versions[source.name])
     elif inputs.timestamps and source.name in inputs.timestamps:
         reader = reader.option("timestampAsOf", inputs.timestamps[source.name])
-    return reader.load(source.path(ctx.inputs))
+    return reader.load(ctx.input_path(source))
 
 
 def read_kafka_range(spark: SparkSession, topic: TopicSpec, ctx: FlowContext, bounds: dict[str, dict[str, int]]) -> DataFrame:
@@ -111,7 +111,7 @@ def recompute(spark: SparkSession, flow: Flow, shadow: Shadow, inputs: Inputs = 
     """Run `flow` once over its bounded inputs into the shadow lake; returns the shadow table (None: no input yet)."""
     ctx = shadow.ctx
     for table in (*flow.sources, *flow.lookups):
-        if isinstance(table, TableSpec) and not DeltaTable.isDeltaTable(spark, table.path(ctx.inputs)):
+        if isinstance(table, TableSpec) and not DeltaTable.isDeltaTable(spark, ctx.input_path(table)):
             log.info("recompute %s: %s does not exist yet", flow.name, table.name)
             return None
     frames = [read_input(spark, source, ctx, inputs) for source in flow.sources]

@@ -13,6 +13,12 @@ from infra.settings import Settings
 log = logging.getLogger("lakehouse")
 
 
+def _instant(text: str):
+    from orchestration.cli import _instant as parse
+
+    return parse(text)
+
+
 def _day(text: str) -> date:
     try:
         return date.fromisoformat(text)
@@ -106,6 +112,50 @@ def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
     return 1 if real else 0
 
 
+def _offsets(text: str) -> dict[int, int]:
+    """`0=120,1=98`: partition=offset pairs."""
+    try:
+        return {int(p): int(o) for p, o in (item.split("=") for item in text.split(",") if item.strip())}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not partition=offset pairs such as 0=120,1=98") from None
+
+
+def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
+    from batch.replay import StartingPoint, compare, replay, swap
+    from infra.spark import get_spark
+    from orchestration.resources import build_resources
+    from orchestration.sql import format_table
+
+    start = StartingPoint(version=args.from_version, timestamp=args.from_timestamp, offsets=args.from_offsets,
+                          kafka_timestamp=args.from_kafka_timestamp)
+    resources = build_resources(settings)
+    ctx = resources["lake"].flow_context(resources["kafka"])
+    spark = get_spark(settings, "lakehouse-replay")
+
+    def progress(n: int, total: int, done) -> None:
+        print(f"[{n}/{total}] rebuilt {done.table}: {done.rows} rows", file=sys.stderr, flush=True)
+
+    print(f"Replaying {args.table} and everything downstream from {start.describe()}", file=sys.stderr)
+    shadow, rebuilt = replay(spark, ctx, args.table, start, progress=progress)
+    if args.compare or args.swap:
+        compare(spark, ctx, shadow, rebuilt)
+        rows = [(r.table, r.diff.stream_rows, r.diff.batch_rows, r.diff.only_stream, r.diff.only_batch, r.diff.changed)
+                for r in rebuilt if r.diff]
+        print(format_table(("table", "live rows", "replayed rows", "only live", "only replayed", "changed"), rows))
+        for r in rebuilt:
+            for s in (r.diff.samples if r.diff else [])[:5]:
+                print(f"  {r.table} {s['kind']} {s['key']}" + (f" columns {', '.join(s['columns'])}" if s["columns"] else ""))
+    if args.swap:
+        swap(spark, ctx, shadow, rebuilt)
+        shadow.drop()
+        for r in rebuilt:
+            print(f"{r.table}: swapped in at version {r.swapped_version}; its stream resumes after the replay "
+                  f"(`lakehouse history {r.table}`; the old rows stay readable with VERSION AS OF).")
+    else:
+        print(f"Shadow tables are in {shadow.root}; --swap puts them in place.")
+    return 0
+
+
 def add_batch_commands(sub: argparse._SubParsersAction) -> None:
     """Register backfill, verify and replay on the CLI's subcommand parser."""
     p = sub.add_parser(
@@ -131,3 +181,20 @@ def add_batch_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--from", dest="start", type=_day, help="only rows of event dates from this day")
     p.add_argument("--to", dest="end", type=_day, help="only rows of event dates up to this day (inclusive)")
     p.set_defaults(fn=cmd_verify)
+
+    p = sub.add_parser(
+        "replay", help="rebuild a table and everything downstream from an earlier point of the log, into shadow tables",
+        description="The starting point is the table's input as of a Delta version or timestamp (bronze, for a silver "
+                    "table), or, for a bronze table, Kafka from offsets or a time per partition (bronze keeps its rows "
+                    "before that point). --compare reports how the rebuilt tables differ from the live ones; --swap "
+                    "replaces the live tables (one commit each; the old version stays readable by time travel) and "
+                    "resets their streams' checkpoints, so they resume where the replay ended.")
+    p.add_argument("table")
+    start = p.add_mutually_exclusive_group(required=True)
+    start.add_argument("--from-version", type=int, help="the input table's Delta version to rebuild from")
+    start.add_argument("--from-timestamp", help="the input table as of this time, e.g. 2026-11-22T10:00:00Z")
+    start.add_argument("--from-offsets", type=_offsets, help="bronze only: partition=offset pairs to read Kafka again from")
+    start.add_argument("--from-kafka-timestamp", type=_instant, help="bronze only: read Kafka again from this time")
+    p.add_argument("--compare", action="store_true", help="report how the rebuilt tables differ from the live ones")
+    p.add_argument("--swap", action="store_true", help="replace the live tables with the rebuilt ones")
+    p.set_defaults(fn=cmd_replay)

@@ -11,13 +11,14 @@ from orchestration.assets import build_assets
 from orchestration.catch_up import CATCH_UP_JOB, catch_up_job
 from orchestration.checks import build_checks
 from orchestration.maintenance import build_maintenance
-from orchestration.partitions import daily
+from orchestration.partitions import daily, is_partitioned
 from orchestration.resources import build_resources
+from streaming.flows import FLOWS
 
 BACKFILL_JOB = "backfill"
 RECONCILE_SCHEDULE = "nightly_reconciliation"
-# The silver and gold assets, which carry the daily event-date partitions.
-PARTITIONED = dg.AssetSelection.groups("silver", "gold") - dg.AssetSelection.assets("quarantine", "late_arrivals")
+# The silver and gold tables with an event date, which carry the daily partitions (dimensions have none).
+PARTITIONED = dg.AssetSelection.assets(*[f.asset_name for f in FLOWS if is_partitioned(f.target)])
 
 
 def reconcile_range(now: datetime, days: int) -> tuple[str, str]:
@@ -31,7 +32,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     partitions = daily()
     assets = build_assets(partitions=partitions)
     backfill_job = dg.define_asset_job(
-        BACKFILL_JOB, selection=PARTITIONED.materializable(), partitions_def=partitions,
+        BACKFILL_JOB, selection=PARTITIONED, partitions_def=partitions,
         description="Recompute the chosen days of the silver and gold tables with the batch lane (the streams' own "
                     "transforms over the bounded log) and replace the partitions that differ; one run per range.",
     )

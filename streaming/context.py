@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    from schemas.tables import TableSpec
 
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
 _PART = re.compile(r"\s*(\d+)\s*(second|minute|hour|day|week)s?\s*", re.IGNORECASE)
@@ -48,10 +51,17 @@ class FlowContext:
     input_root: str | None = None           # where inputs and lookups are read; None: lake_root (the batch
                                             # lane reads the live lake and writes a shadow one)
 
+    input_roots: Mapping[str, str] = field(default_factory=dict)   # table name -> root, for single tables
+                                                                    # (a replay reads the tables it rebuilt)
+
     @property
     def inputs(self) -> str:
         """The lake root a flow reads its input tables and lookups from."""
         return self.input_root or self.lake_root
+
+    def input_path(self, table: "TableSpec") -> str:
+        """Where a flow reads the input or lookup table `table`."""
+        return table.path(self.input_roots.get(table.name, self.inputs))
 
     def watermark_for(self, flow: str) -> str:
         """The watermark delay of a stateful gold flow: its override, else the gold default."""

@@ -168,7 +168,7 @@ def as_of(df: DataFrame, ctx: FlowContext, lookups: tuple[TableSpec, ...]) -> di
     spark = df.sparkSession
     found = {}
     for table in lookups:
-        path = table.path(ctx.inputs)
+        path = ctx.input_path(table)
         if not DeltaTable.isDeltaTable(spark, path):
             raise MissingDimension(f"{table.name} does not exist yet; materialize it before the gold tables that "
                                    f"read it (lakehouse run {table.name}).")
@@ -243,7 +243,7 @@ def delay_writer(flow: Flow, ctx: FlowContext) -> RecomputeWriter:
     """gold_processing_delay's writer: the minutes a batch touches, recomputed from every silver table it reads."""
     return RecomputeWriter(
         target=flow.target, lake_root=ctx.lake_root, app_id=flow.app_id,
-        silver_paths=[s.path(ctx.inputs) for s in flow.sources], narrow=gold.to_delay_events,
+        silver_paths=[ctx.input_path(s) for s in flow.sources], narrow=gold.to_delay_events,
         compute=gold.to_processing_delay, keys=("minute", "topic"),
         bucket=lambda df: df.withColumn("minute", F.date_trunc("minute", "occurred_at")),
     )
