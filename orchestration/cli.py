@@ -6,6 +6,7 @@ import argparse
 import logging
 import math
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -120,12 +121,13 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     from orchestration import runs
 
-    result = runs.materialize(settings, args.assets or None)
+    result = runs.catch_up(settings, args.assets or None, command=shlex.join(["lakehouse", "run", *args.assets]))
     for name, meta in runs.materialized_metadata(result).items():
         shown = {k: v for k, v in meta.items() if k in (
             "rows_written", "quarantined", "late_arrivals", "duplicates_dropped", "delta_version", "records_consumed",
             "retained_records", "partitions", "duration_s", "dagster/row_count", "watermark", "state_rows", "waiting_for")}
         print(f"{name}: " + ", ".join(f"{k.split('/')[-1]}={v}" for k, v in shown.items()))
+    print(f"run {result.run_id} of job catch_up (lakehouse ui shows it)")
     if (err := runs.failure_message(result)) is not None:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -139,6 +141,15 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
     columns, rows, truncated = run_sql(get_spark(settings, "lakehouse-sql"), settings.lake_root, args.query, args.limit)
     print(format_table(columns, rows))
     print(f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', more not shown: raise --limit' if truncated else ''})")
+    return 0
+
+
+def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.spark import get_spark
+    from orchestration.sql import format_table, history
+
+    columns, rows = history(get_spark(settings, "lakehouse-history"), settings.lake_root, args.table, args.limit)
+    print(format_table(columns, rows))
     return 0
 
 
@@ -327,16 +338,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="materialize assets through Dagster (all by default): topics, bronze, silver, gold",
                        description="Each table asset runs its streaming queries until they catch up (availableNow). "
-                                   "Runs are recorded in DAGSTER_HOME, so the UI shows them.")
+                                   "It is a run of the job catch_up, recorded in DAGSTER_HOME and tagged "
+                                   "lakehouse/command, so the UI lists it under the job and can re-execute it.")
     p.add_argument("assets", nargs="*", help="asset keys, e.g. bronze_orders silver_orders kafka/shop_orders_v1")
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("sql", help="run Spark SQL over the silver and gold tables by name",
                        description="Tables: bronze_*, silver_*, quarantine, gold_*. Example: "
-                                   "lakehouse sql \"SELECT currency, sum(revenue_cents) FROM gold_revenue_per_minute GROUP BY 1\"")
+                                   "lakehouse sql \"SELECT currency, sum(revenue_cents) FROM gold_revenue_per_minute GROUP BY 1\". "
+                                   "Read a table as it was: FROM gold_revenue_per_minute VERSION AS OF 3, or "
+                                   "TIMESTAMP AS OF '2026-11-22 09:00:00' (UTC); `lakehouse history TABLE` lists versions.")
     p.add_argument("query")
     p.add_argument("--limit", type=_integer(1, 1_000_000), default=100, help="rows to print at most (default 100)")
     p.set_defaults(fn=cmd_sql)
+
+    p = sub.add_parser("history", help="list a table's Delta versions, newest first, with what each one wrote",
+                       description="One row per Delta commit: version, when (UTC), the operation, the rows it wrote "
+                                   "(inserted/updated/deleted for a MERGE, files for OPTIMIZE and VACUUM) and its user "
+                                   "metadata. Read any of them with lakehouse sql \"... FROM TABLE VERSION AS OF N\".")
+    p.add_argument("table", help="a table name, e.g. gold_revenue_per_minute")
+    p.add_argument("--limit", type=_integer(1, 1_000_000), default=None, help="versions to list at most (default all)")
+    p.set_defaults(fn=cmd_history)
 
     p = sub.add_parser("ui", help="start the Dagster UI and daemon (dagster dev) on the project's DAGSTER_HOME",
                        description="Runs `dagster dev -m orchestration.definitions` with DAGSTER_HOME=<home>/dagster, the "
@@ -379,12 +401,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from infra.jars import JarsMissing
     from infra.kafka_broker import BrokerError
     from orchestration.demo import DemoFailed
-    from orchestration.runs import UnknownAsset
+    from orchestration.runs import UnknownAsset, UnknownJob, UnknownPartition
     from orchestration.sql import SqlError
     from streaming.generator import MixError
     from streaming.kafka_topics import KafkaUnreachable
 
-    return SettingsError, JarsMissing, BrokerError, KafkaUnreachable, SqlError, DemoFailed, UnknownAsset, MixError
+    return (SettingsError, JarsMissing, BrokerError, KafkaUnreachable, SqlError, DemoFailed, UnknownAsset, UnknownJob,
+            UnknownPartition, MixError)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         settings = Settings.from_env()
-        _setup_logging(settings, args.verbose, quiet=args.command in ("demo", "sql"))
+        _setup_logging(settings, args.verbose, quiet=args.command in ("demo", "sql", "history"))
         return args.fn(settings, args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

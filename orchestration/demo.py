@@ -50,6 +50,7 @@ GOLD_QUERIES: dict[str, str] = {
     "gold_order_payments": "SELECT outcome, payment_status, count(*) AS rows FROM gold_order_payments "
                            "GROUP BY outcome, payment_status ORDER BY outcome, payment_status",
 }
+DEMO_COMMAND = "lakehouse demo"  # the tag its runs of the catch_up job carry
 LATE_QUERY = "SELECT flow, count(*) AS late, max(lateness_ms) DIV 1000 AS max_late_s FROM late_arrivals GROUP BY flow ORDER BY flow"
 
 
@@ -167,7 +168,7 @@ def run_demo(
 
     try:
         step("Topics from their specs (Dagster assets kafka/*)")
-        result = runs.materialize(settings, runs.TOPICS)
+        result = runs.catch_up(settings, runs.TOPICS, command=DEMO_COMMAND)
         if (err := runs.failure_message(result)) is not None:
             raise DemoFailed(f"Creating topics failed: {err}")
         for name, meta in runs.materialized_metadata(result).items():
@@ -194,7 +195,7 @@ def run_demo(
                 raise DemoFailed(f"{produced.failed} records were not acknowledged: {produced.errors[:3]}")
 
             step(f"Round {n}/2: materializing bronze -> silver -> gold (each streaming query catches up, availableNow)")
-            result = runs.materialize(settings, runs.TABLES)
+            result = runs.catch_up(settings, runs.TABLES, command=DEMO_COMMAND)
             if (err := runs.failure_message(result)) is not None:
                 raise DemoFailed(f"Materializing tables failed: {err}")
             for name, meta in runs.materialized_metadata(result).items():
@@ -253,7 +254,8 @@ def run_demo(
     say(f"    tables (Delta)      {settings.lake_root}/<layer>/<table>   query: lakehouse sql \"SELECT ...\"")
     say(f"    checkpoints         {settings.lake_root}/<layer>/_checkpoints/")
     say(f"    logs                {settings.log_dir}/ (spark.log, lakehouse.log), {node.logs_dir}/server.log")
-    say(f"    Dagster (runs kept) {settings.dagster_home}   open the UI: lakehouse ui  ->  http://127.0.0.1:3000")
+    say(f"    Dagster (runs kept) {settings.dagster_home}   open the UI: lakehouse ui  ->  http://127.0.0.1:3000"
+        f" (job catch_up, tag {runs.COMMAND_TAG}={DEMO_COMMAND})")
     if started_broker and keep_running:
         say(f"    Kafka still running on {node.bootstrap} (pid {node.read_pid()}); stop it: lakehouse kafka stop")
     return report

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from confluent_kafka import Consumer, TopicPartition
+import dagster as dg
 
+from orchestration.runs import COMMAND_TAG, dagster_instance
 from schemas import topics
 from streaming.generator import generate
 from streaming.kafka_topics import ensure_topics
@@ -60,6 +62,15 @@ def test_topics_produce_status_run_and_sql(broker):
     ran = lakehouse(broker, "run", "bronze_orders", "bronze_page_views")
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert f"bronze_orders: rows_written={per_topic[topics.ORDERS.name]}" in ran.stdout
+    # A run of the code location's job catch_up, tagged with the command, its materializations in the instance.
+    instance = dagster_instance(broker)
+    [run] = [r.dagster_run for r in instance.get_run_records(dg.RunsFilter(job_name="catch_up"))]
+    assert run.tags[COMMAND_TAG] == "lakehouse run bronze_orders bronze_page_views"
+    assert run.remote_job_origin.location_name == "orchestration.definitions"
+    assert f"run {run.run_id} of job catch_up" in ran.stdout
+    [mat] = instance.fetch_materializations(dg.AssetKey("bronze_orders"), limit=5).records
+    assert mat.run_id == run.run_id
+    assert mat.asset_materialization.metadata["rows_written"].value == per_topic[topics.ORDERS.name]
 
     query = lakehouse(broker, "sql", "SELECT topic, count(*) AS n FROM bronze_page_views GROUP BY topic")
     assert query.returncode == 0, query.stderr[-2000:]

@@ -9,7 +9,7 @@ import pytest
 
 from orchestration import cli
 
-SUBCOMMANDS = ("setup", "kafka", "topics", "produce", "run", "sql", "ui", "demo", "settings")
+SUBCOMMANDS = ("setup", "kafka", "topics", "produce", "run", "sql", "history", "ui", "demo", "settings")
 
 
 @pytest.fixture
