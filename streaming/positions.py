@@ -379,7 +379,14 @@ def inspect_checkpoint(spark: SparkSession, checkpoint: str) -> CheckpointState:
             return CheckpointState("corrupt", why, query_id, folder_exists=True)
         return CheckpointState("ok", "", query_id, folder_exists=True)
     except Exception as exc:  # noqa: BLE001 - a checksum error, an unreadable file: the folder cannot be used
-        return CheckpointState("corrupt", f"it cannot be read ({str(exc).splitlines()[0][:200]})", folder_exists=True)
+        return CheckpointState("corrupt", f"it cannot be read: {_error_text(exc)}", folder_exists=True)
+
+
+def _error_text(exc: Exception) -> str:
+    """The first line of an error, the JVM's own if it came through py4j."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc)
+    return (text.splitlines() or [""])[0][:300]
 
 
 # ---------------------------------------------------------------- Spark's offset log, read and rebuilt

@@ -192,7 +192,7 @@ def test_lost_and_corrupt_checkpoints_of_the_real_flows(spark, broker, tmp_path,
                        mix=Mix(duplicate=0.05, malformed=0.04))
     # Nothing is ever behind a watermark here, so gold does not depend on where the micro-batches end.
     ctx = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=broker.kafka_bootstrap,
-                      max_offsets_per_trigger=30, max_files_per_trigger=2, silver_dedup_watermark="1 day",
+                      max_offsets_per_trigger=40, max_files_per_trigger=3, silver_dedup_watermark="1 day",
                       gold_watermark="1 day", payment_within="30 minutes")
     flows = [BY_NAME[name] for name in NAMES]
 
@@ -202,7 +202,7 @@ def test_lost_and_corrupt_checkpoints_of_the_real_flows(spark, broker, tmp_path,
     assert runs["bronze_orders"].batches > 1 and runs["silver_orders"].batches > 1
 
     # Lose three checkpoints, corrupt two (metadata; the latest offsets file), and make the revenue flow's
-    # last batch look unfinished: its watermark state as before that batch, as after a crash.
+    # last batch unfinished, as after a crash: the commit of its final write (its watermark) never happened.
     for name in ("bronze_orders", "silver_orders", "gold_revenue_per_minute"):
         shutil.rmtree(BY_NAME[name].checkpoint(ctx))
     Path(BY_NAME["bronze_payments"].checkpoint(ctx), "metadata").write_text("not json")
@@ -210,13 +210,18 @@ def test_lost_and_corrupt_checkpoints_of_the_real_flows(spark, broker, tmp_path,
     latest = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     latest.write_text("v1\n{garbage")
     watermark = f"{ctx.lake_root}/gold/_state/{BY_NAME['gold_revenue_per_minute'].app_id}/watermark"
-    wm = DeltaTable.forPath(spark, watermark)
-    wm.restoreToVersion(wm.history(1).collect()[0]["version"] - 1)
+    last = DeltaTable.forPath(spark, watermark).history(1).collect()[0]["version"]
+    log_dir = Path(watermark, "_delta_log")
+    assert not list(log_dir.glob(f"{last:020d}.checkpoint*"))
+    for name in (f"{last:020d}.json", f".{last:020d}.json.crc"):
+        (log_dir / name).unlink(missing_ok=True)
 
     second = produce(records[ROUND_ONE:], bootstrap=broker.kafka_bootstrap)
     assert second.delivered == ROUND_TWO
+    # A checkpoint holds offsets, not batch sizes: the second round reads what is new in one batch.
+    whole = dataclasses.replace(ctx, max_offsets_per_trigger=0, max_files_per_trigger=0)
     for flow in flows:
-        run_flow(spark, flow, ctx)
+        run_flow(spark, flow, whole)
 
     # The log says which flows resumed from where.
     for name, lost in (("bronze_orders", "missing"), ("silver_orders", "missing"),
