@@ -31,7 +31,7 @@ from streaming.flows import FLOWS, Flow
 
 log = logging.getLogger(__name__)
 
-# Processing-time columns of bronze: a record read again from Kafka is ingested anew.
+# A record read again from Kafka is ingested anew; silver and the tables after it carry bronze's time.
 REINGESTED = ("ingested_at",)
 
 
@@ -197,7 +197,7 @@ def compare(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: lis
         spec = flow_for(done.table, flows).target
         live_path = spec.path(ctx.lake_root)
         live = spark.read.format("delta").load(live_path) if DeltaTable.isDeltaTable(spark, live_path) else None
-        ignore = ("quarantined_at", "recorded_at") + (REINGESTED if spec.layer == "bronze" else ())
+        ignore = ("quarantined_at", "recorded_at") + REINGESTED
         done.diff, _ = diff_tables(live, shadow.read(spec), spec, limit=limit, ignore=ignore)
     return replayed
 
