@@ -116,6 +116,7 @@ def mark_reconciled(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tup
     if "reconciled_at" not in table.toDF().columns:
         # Nobody streams from late_arrivals, so adding columns stops no reader; appends without them get nulls.
         spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS (reconciled_at TIMESTAMP, reconciled_by STRING)")
+        table = DeltaTable.forPath(spark, path)  # the object above still has the old schema
     condition = (
         (F.col("flow") == flow.name) & F.col("reconciled_at").isNull()
         & F.to_date("event_time").between(F.lit(days[0]), F.lit(days[1]))
