@@ -194,8 +194,17 @@ def history(spark: SparkSession, lake_root: str, table: str, limit: int | None =
     rows = [(c.version, _at(c.committed_at), c.operation, c.changed()) for c in commits]
     if any(c.user_metadata for c in commits):
         columns.append("user_metadata")
-        rows = [(*row, c.user_metadata) for row, c in zip(rows, commits)]
+        rows = [(*row, _shorten(c.user_metadata)) for row, c in zip(rows, commits)]
     return columns, rows
+
+
+# Streams record their source positions as JSON in each commit's user metadata (streaming/positions.py): a
+# line each would make the table unreadable. The whole text: lakehouse sql "DESCRIBE HISTORY <table>".
+USER_METADATA_WIDTH = 80
+
+
+def _shorten(text: str | None) -> str | None:
+    return text if text is None or len(text) <= USER_METADATA_WIDTH else text[:USER_METADATA_WIDTH - 3] + "..."
 
 
 def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -127,6 +128,19 @@ def test_history_lists_versions_newest_first_with_what_each_wrote(spark, lake):
     commits = table_history(spark, path)
     assert [r[1] for r in rows] == [c.committed_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:23] for c in commits]
     assert history(spark, root, "silver_orders", limit=1) == (columns[:4], [rows[0][:4]])  # no metadata: no column
+
+
+def test_history_shortens_long_user_metadata(spark, tmp_path):
+    """A stream's positions JSON in user metadata is cut to 80 characters; DESCRIBE HISTORY has it whole."""
+    root = str(tmp_path / "lake")
+    positions = json.dumps({"flow": "silver_orders", "batch": 7, "sources": {"bronze_orders": {"version": 12}},
+                            "query": "0f0e4c61-8f7a-4c8e-9d4b-5b0d2f0a7e11", "final": True})
+    (spark.createDataFrame([("e-1", "EUR", 1)], SCHEMA).write.format("delta").option("userMetadata", positions)
+     .save(tables.SILVER_ORDERS.path(root)))
+    [(*_, shown)] = history(spark, root, "silver_orders")[1]
+    assert len(positions) > 80 and shown == positions[:77] + "..."
+    columns, [row], _ = run_sql(spark, root, "DESCRIBE HISTORY silver_orders")
+    assert row[columns.index("userMetadata")] == positions
 
 
 def test_history_of_an_unknown_table_names_the_tables_there_are(spark, lake):
