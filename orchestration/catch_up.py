@@ -57,6 +57,8 @@ def bring_up_to_date(context: dg.OpExecutionContext, config: CatchUpConfig, spar
         raise dg.Failure(f"There is no asset named {', '.join(unknown)}; assets: {', '.join(sorted(known))}.")
     if topics:
         _topics(context, kafka, topics)
+    if not chosen:
+        return  # topics only: no Spark session needed
     session = spark.session()
     ctx = lake.flow_context(kafka)
     docs = {s.silver_table.name: s.column_docs() for s in declared}

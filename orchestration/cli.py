@@ -393,12 +393,19 @@ def build_parser() -> argparse.ArgumentParser:
                     "something fails, 0 when all is well.")
     p.add_argument("--all", action="store_true", help="also list the topics and tables that do not exist yet")
     p.set_defaults(fn=cmd_doctor)
+
+    from orchestration.batch_cli import add_batch_commands
+
+    add_batch_commands(sub)
     return parser
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message is a sentence for the user, not a trace."""
+    from batch.lineage import UnknownTable
     from infra.jars import JarsMissing
+    from batch.replay import BadReplay
+    from orchestration.batch_cli import BadRange
     from infra.kafka_broker import BrokerError
     from orchestration.demo import DemoFailed
     from orchestration.runs import UnknownAsset, UnknownJob, UnknownPartition
@@ -407,7 +414,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from streaming.kafka_topics import KafkaUnreachable
 
     return (SettingsError, JarsMissing, BrokerError, KafkaUnreachable, SqlError, DemoFailed, UnknownAsset, UnknownJob,
-            UnknownPartition, MixError)
+            UnknownPartition, MixError, UnknownTable, BadRange, BadReplay)
 
 
 def main(argv: list[str] | None = None) -> int:
