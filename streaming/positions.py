@@ -12,8 +12,8 @@ commitInfo `userMetadata` (`DESCRIBE HISTORY` shows it), as one JSON object:
 (`DeltaSourceOffset`: reservoirVersion, index, isStartingVersion, in Delta 4.4):
 
 - `{"version": V}`: every change before version V has been consumed and nothing of V or later.
-  Resume with the Delta source option `startingVersion=V`. Delta writes this form (index -1, its
-  BASE_INDEX) whenever a micro-batch ends at the end of a version.
+  Resume with the Delta source option `startingVersion=V`. Delta's offset takes this form (index -1,
+  its BASE_INDEX) when a micro-batch read a version to its end: it then moves on to the next version.
 - `{"version": V, "index": I}`: every change before V, and also the files 0..I of version V (Delta
   numbers a version's data files in the order of its commit). A batch ends like this when
   maxFilesPerTrigger (default 1000) splits a version.
@@ -24,8 +24,9 @@ commitInfo `userMetadata` (`DESCRIBE HISTORY` shows it), as one JSON object:
 A position inside a version cannot be expressed as a Delta read option: `startingVersion=V` would read
 files 0..I again. So positions recorded by a stream also carry what is needed to resume it exactly:
 `query` (the id Spark keeps in `<checkpoint>/metadata`), `app` (the flow's base txn app id), the
-batch's start (`from`, same forms), Delta's table id per source (`table_id`), the batch's time (`at`)
-and, on the last write of the batch only, `"final": true`. From those the runner rebuilds the lost
+batch's start (`from`, same forms; for batch 0 the startingVersion it began at, absent if it began
+with the initial snapshot), Delta's table id per source (`table_id`), the batch's time (`at`, and
+`watermark_ms` if Spark kept one) and, on the last write of the batch only, `"final": true`. From those the runner rebuilds the lost
 checkpoint as Spark had it (`rebuild_checkpoint`): the same query id and batch numbers, the batch's
 exact start and end offsets, and its commit mark if the batch was finished. A batch that was not
 finished is then replayed by Spark with the same batch id and the same input, and because its writes

@@ -134,8 +134,8 @@ def prepare_checkpoint(spark: SparkSession, flow: Flow, ctx: FlowContext, *, wri
     if isinstance(flow.source, TopicSpec):
         return _resume_bronze(spark, flow, ctx, checkpoint, lost)
     names = {t.path(ctx.lake_root): t.name for t in (flow.target, *flow.also_writes)}
-    for state in _state_tables(spark, writer):
-        names[state] = state[len(ctx.lake_root.rstrip("/")) + 1:]
+    for table in _state_tables(spark, writer):
+        names[table] = table[len(ctx.lake_root.rstrip("/")) + 1:]
     found = resume_point(spark, flow.name, flow.app_id, names)
     if found is None:
         if lost == "corrupt":
