@@ -27,7 +27,7 @@ from infra.retention import DAY_MS, DELETED_FILES, duration_ms
 from orchestration import cli
 from orchestration.definitions import build_definitions
 from orchestration.maintenance import JOB, TABLE_RETENTION_CHECK, TOPIC_RETENTION_CHECK
-from schemas import tables, topics
+from schemas import sources, tables, topics
 from streaming.context import FlowContext
 from streaming.flows import BY_NAME
 from streaming.generator import Mix, ShopGenerator, generate
@@ -40,6 +40,7 @@ pytestmark = pytest.mark.integration
 
 CLEAN = Mix(out_of_order=0, late=0, duplicate=0, malformed=0)
 SHORT_RETENTION_S = 15          # the test tables' deleted-file retention: VACUUM may delete what OPTIMIZE removed
+PAYMENTS_TOPIC = sources.PAYMENTS.topic
 DEFAULT_KEY = "spark.databricks.delta.properties.defaults." + DELETED_FILES.removeprefix("delta.")
 
 
@@ -173,7 +174,8 @@ def test_optimize_and_vacuum_while_streams_run_lose_and_duplicate_nothing(spark,
 def _alter_topic(bootstrap: str, name: str, retention_ms: int) -> None:
     resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
         ConfigEntry("retention.ms", str(retention_ms), incremental_operation=AlterConfigOpType.SET)])
-    for future in admin_client(bootstrap).incremental_alter_configs([resource]).values():
+    admin = admin_client(bootstrap)   # kept referenced until the futures resolve
+    for future in admin.incremental_alter_configs([resource]).values():
         future.result()
 
 
@@ -219,15 +221,15 @@ def test_maintenance_job_and_doctor_name_what_does_not_cover_the_window(spark, b
         spark.sql("SELECT timestamp'2026-11-23 10:00:00' AS window_start, 'EUR' AS currency, 1L AS revenue_cents")
         .alias("s"), "t.window_start = s.window_start AND t.currency = s.currency",
     ).whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
-    writer = (spark.readStream.format("rate").option("rowsPerSecond", 1).load().writeStream
-              .queryName("gold_revenue_per_minute").format("noop").trigger(processingTime="30 seconds").start())
 
     # One table and one topic keep less than the window (7 days): one hour.
     short_table = tables.BRONZE_PAGE_VIEWS
     spark.sql(f"ALTER TABLE delta.`{short_table.path(settings.lake_root)}` "
               f"SET TBLPROPERTIES ('{DELETED_FILES}' = 'interval 1 hour')")
-    _alter_topic(settings.kafka_bootstrap, topics.PAYMENTS.name, 3_600_000)
+    _alter_topic(settings.kafka_bootstrap, PAYMENTS_TOPIC, 3_600_000)
 
+    writer = (spark.readStream.format("rate").option("rowsPerSecond", 1).load().writeStream
+              .queryName("gold_revenue_per_minute").format("noop").trigger(processingTime="30 seconds").start())
     try:
         result = build_definitions(settings).resolve_job_def(JOB).execute_in_process(
             instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
@@ -262,13 +264,13 @@ def test_maintenance_job_and_doctor_name_what_does_not_cover_the_window(spark, b
 
     code, out = _doctor(settings, monkeypatch, capsys)
     assert code == 1, out
-    assert _fail_lines(out) == {(topics.PAYMENTS.name, "retention.ms"), (short_table.name, DELETED_FILES)}, out
-    assert f"--entity-name {topics.PAYMENTS.name} --add-config retention.ms={7 * DAY_MS}" in out
+    assert _fail_lines(out) == {(PAYMENTS_TOPIC, "retention.ms"), (short_table.name, DELETED_FILES)}, out
+    assert f"--entity-name {PAYMENTS_TOPIC} --add-config retention.ms={7 * DAY_MS}" in out
     assert f"ALTER TABLE delta.`{short_table.path(settings.lake_root)}` SET TBLPROPERTIES" in out
     assert "bronze_orders" in out and "gold_sessions" in out   # a present table listed; an absent one named as such
 
     # Done as the two sentences say, doctor is content.
-    _alter_topic(settings.kafka_bootstrap, topics.PAYMENTS.name, 7 * DAY_MS)
+    _alter_topic(settings.kafka_bootstrap, PAYMENTS_TOPIC, 7 * DAY_MS)
     spark.sql(f"ALTER TABLE delta.`{short_table.path(settings.lake_root)}` "
               f"SET TBLPROPERTIES ('{DELETED_FILES}' = 'interval {settings.replay_window}')")
     code, out = _doctor(settings, monkeypatch, capsys)
