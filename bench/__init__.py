@@ -1,0 +1,1 @@
+"""Benchmarks: figures, never tests (see docs/benchmarks.md)."""
