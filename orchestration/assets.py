@@ -7,6 +7,7 @@ from pyspark.sql import functions as F
 
 from batch.backfill import TableChange, backfill_flow
 from batch.catalog import read_table
+from infra.retention import duration_ms
 from orchestration.partitions import daily, is_partitioned, key_range
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
 from schemas import sources
@@ -56,9 +57,10 @@ def topic_asset(spec: TopicSpec) -> dg.AssetsDefinition:
         },
         check_specs=[dg.AssetCheckSpec(TOPIC_CHECK, asset=key, description="Live topic config equals its spec.")],
     )
-    def _topic(context: dg.AssetExecutionContext, kafka: KafkaResource) -> dg.MaterializeResult:
+    def _topic(context: dg.AssetExecutionContext, kafka: KafkaResource, lake: LakeResource) -> dg.MaterializeResult:
         """Create the topic from its spec if missing; report drift of an existing topic instead of altering it."""
-        status = ensure_topics(kafka.bootstrap_servers, [spec], replication_factor=kafka.replication_factor)[0]
+        status = ensure_topics(kafka.bootstrap_servers, [spec], replication_factor=kafka.replication_factor,
+                               replay_window_ms=duration_ms(lake.replay_window))[0]
         if status.drift:
             context.log.warning(f"{spec.name} differs from its spec: {status.drift}")
         return dg.MaterializeResult(

@@ -12,6 +12,7 @@ which days a backfill recomputed.
 
 import dagster as dg
 
+from infra.retention import duration_ms
 from orchestration.assets import TOPIC_CHECK, _topic_metadata, caught_up_metadata, side_observations, topic_key
 from orchestration.partitions import daily, is_partitioned, touched_days
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
@@ -30,8 +31,9 @@ class CatchUpConfig(dg.Config):
     assets: list[str] = []
 
 
-def _topics(context: dg.OpExecutionContext, kafka: KafkaResource, chosen: list[TopicSpec]) -> None:
-    for status in ensure_topics(kafka.bootstrap_servers, chosen, replication_factor=kafka.replication_factor):
+def _topics(context: dg.OpExecutionContext, kafka: KafkaResource, lake: LakeResource, chosen: list[TopicSpec]) -> None:
+    for status in ensure_topics(kafka.bootstrap_servers, chosen, replication_factor=kafka.replication_factor,
+                                replay_window_ms=duration_ms(lake.replay_window)):
         spec = next(t for t in chosen if t.name == status.name)
         if status.drift:
             context.log.warning(f"{spec.name} differs from its spec: {status.drift}")
@@ -56,7 +58,7 @@ def bring_up_to_date(context: dg.OpExecutionContext, config: CatchUpConfig, spar
     if unknown := sorted(wanted - known):
         raise dg.Failure(f"There is no asset named {', '.join(unknown)}; assets: {', '.join(sorted(known))}.")
     if topics:
-        _topics(context, kafka, topics)
+        _topics(context, kafka, lake, topics)
     if not chosen:
         return  # topics only: no Spark session needed
     session = spark.session()
