@@ -44,12 +44,28 @@ def _topics(context: dg.OpExecutionContext, kafka: KafkaResource, lake: LakeReso
         ))
 
 
-@dg.op(name="bring_up_to_date", description="Create missing topics, run every flow (or the chosen tables') until it has caught up, and record "
-                   "materializations of the partitions each run touched.")
-def bring_up_to_date(context: dg.OpExecutionContext, config: CatchUpConfig, spark: SparkResource, kafka: KafkaResource,
-             lake: LakeResource) -> None:
-    """Bring tables up to date with their sources (availableNow) and record what changed, per daily partition."""
-    declared = sources.SOURCES
+def build_catch_up_job(declared: tuple = sources.SOURCES) -> dg.JobDefinition:
+    """The catch_up job over the flows the source declarations imply."""
+
+    @dg.op(name="bring_up_to_date", description="Create missing topics, run every flow (or the chosen tables') until "
+                                                "it has caught up, and record materializations of the partitions each "
+                                                "run touched.")
+    def bring_up_to_date(context: dg.OpExecutionContext, config: CatchUpConfig, spark: SparkResource,
+                         kafka: KafkaResource, lake: LakeResource) -> None:
+        """Bring tables up to date with their sources (availableNow) and record what changed, per daily partition."""
+        catch_up(context, config, spark, kafka, lake, declared)
+
+    @dg.job(name=CATCH_UP_JOB, description="Create topics and bring every table up to date with its source; each "
+                                           "table records a materialization of the daily partitions the run touched.")
+    def catch_up_job() -> None:
+        bring_up_to_date()
+
+    return catch_up_job
+
+
+def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: SparkResource, kafka: KafkaResource,
+             lake: LakeResource, declared: tuple) -> None:
+    """Run the chosen flows in order and log a materialization per table (per touched day when partitioned)."""
     flows = flow_registry.build_flows(declared)
     wanted = set(config.assets)
     topics = [s.topic_spec for s in declared if not wanted or topic_key(s.topic_spec).to_user_string() in wanted]
@@ -85,7 +101,5 @@ def bring_up_to_date(context: dg.OpExecutionContext, config: CatchUpConfig, spar
             context.log_event(observation)
 
 
-@dg.job(name=CATCH_UP_JOB, description="Create topics and bring every table up to date with its source; each table "
-                                       "records a materialization of the daily partitions the run touched.")
-def catch_up_job() -> None:
-    bring_up_to_date()
+
+catch_up_job = build_catch_up_job()

@@ -27,6 +27,7 @@ from infra.retention import DAY_MS, DELETED_FILES, duration_ms
 from orchestration import cli
 from orchestration.definitions import build_definitions
 from orchestration.maintenance import JOB, TABLE_RETENTION_CHECK, TOPIC_RETENTION_CHECK
+from orchestration.resources import build_resources
 from schemas import sources, tables, topics
 from streaming.context import FlowContext
 from streaming.flows import BY_NAME
@@ -229,7 +230,8 @@ def test_maintenance_job_and_doctor_name_what_does_not_cover_the_window(spark, b
               f"SET TBLPROPERTIES ('{DELETED_FILES}' = 'interval 1 hour')")
     _alter_topic(settings.kafka_bootstrap, PAYMENTS_TOPIC, 3_600_000)
 
-    writer = (spark.readStream.format("rate").option("rowsPerSecond", 1).load().writeStream
+    # On the session the job's resource uses: a query is visible only to the session that started it.
+    writer = (build_resources(settings)["spark"].session().readStream.format("rate").option("rowsPerSecond", 1).load().writeStream
               .queryName("gold_revenue_per_minute").format("noop").trigger(processingTime="30 seconds").start())
     try:
         result = build_definitions(settings).resolve_job_def(JOB).execute_in_process(
