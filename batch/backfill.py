@@ -32,7 +32,7 @@ from batch.recompute import Shadow, recompute
 from schemas.tables import LATE_ARRIVALS
 from streaming.context import FlowContext
 from streaming.flows import FLOWS, Flow
-from streaming.runner import run_flow
+from streaming.runner import run_flow, table_version
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +55,6 @@ class TableChange:
     duration_s: float = 0.0
 
 
-def _version(spark: SparkSession, path: str) -> int | None:
-    if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    return DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
-
-
 def backfill_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tuple[date, date], *,
                   run_id: str = "", catch_up: bool = True) -> TableChange:
     """Recompute `flow` over its bounded input and replace its table's rows in `days` where they differ."""
@@ -73,7 +67,7 @@ def backfill_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tuple
     try:
         fresh = recompute(spark, flow, shadow)
         if fresh is None:
-            change.version = _version(spark, path)
+            change.version = table_version(spark, path)
             return change
         fresh = in_days(fresh, flow.target, days)
         live = in_days(spark.read.format("delta").load(path), flow.target, days) \
@@ -85,7 +79,7 @@ def backfill_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tuple
             _replace(fresh, flow, path, days, run_id)
             change.rewritten = True
         change.late_absorbed = mark_reconciled(spark, flow, ctx, days, run_id)
-        change.version = _version(spark, path)
+        change.version = table_version(spark, path)
     finally:
         shadow.drop()
     change.duration_s = round(time.monotonic() - started, 2)

@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 from schemas import tables
 from schemas.tables import TableSpec
+from streaming.lake_files import hadoop_fs
 
 
 def read_table(spark: SparkSession, table: TableSpec, lake_root: str) -> DataFrame:
@@ -66,8 +67,7 @@ def _registered_location(spark: SparkSession, name: str) -> str | None:
 
 def _qualified(spark: SparkSession, path: str) -> str:
     """A path as the catalog stores it (scheme and authority included)."""
-    hadoop_path = spark._jvm.org.apache.hadoop.fs.Path(path)
-    fs = hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration())
+    fs, hadoop_path = hadoop_fs(spark, path)
     return fs.makeQualified(hadoop_path).toUri().toString()
 
 

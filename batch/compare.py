@@ -108,11 +108,11 @@ def diff_frame(stream: DataFrame, batch: DataFrame, keys: tuple[str, ...], ignor
 def diff_tables(stream: DataFrame | None, batch: DataFrame | None, table: TableSpec, *, limit: int = 20,
                 ignore: tuple[str, ...] = VOLATILE) -> tuple[TableDiff, DataFrame | None]:
     """Compare two versions of `table` on its keys; returns the counts with sample rows, and all differing rows."""
-    spark = (stream if stream is not None else batch).sparkSession if (stream is not None or batch is not None) else None
     result = TableDiff(table.name)
-    if spark is None:
+    some = stream if stream is not None else batch
+    if some is None:
         return result, None
-    schema = (stream if stream is not None else batch).schema
+    spark, schema = some.sparkSession, some.schema
     stream = stream if stream is not None else spark.createDataFrame([], schema)
     batch = batch if batch is not None else spark.createDataFrame([], schema)
     keys = table.keys
@@ -130,7 +130,7 @@ def diff_tables(stream: DataFrame | None, batch: DataFrame | None, table: TableS
     if result.differences and limit:
         for row in diffs.orderBy(*keys).limit(limit).collect():
             result.samples.append({
-                "key": {k: _plain(row[k]) for k in keys}, "kind": row["kind"],
+                "key": {k: plain(row[k]) for k in keys}, "kind": row["kind"],
                 "stream": json.loads(row["stream"]) if row["stream"] else None,
                 "batch": json.loads(row["batch"]) if row["batch"] else None,
                 "columns": list(row["columns"] or []),
@@ -138,5 +138,6 @@ def diff_tables(stream: DataFrame | None, batch: DataFrame | None, table: TableS
     return result, diffs
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """A value as JSON holds it (dates and times as ISO-8601 text)."""
     return value.isoformat() if hasattr(value, "isoformat") else value

@@ -12,6 +12,7 @@ recomputation counts every event, including those the stream sent to `late_arriv
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import uuid
@@ -26,6 +27,8 @@ from schemas.tables import KAFKA_COORDINATES, LATE_ARRIVALS, TableSpec
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.flows import Flow
+from streaming.lake_files import delete_tree
+from streaming.sources import kafka_options
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +61,15 @@ class Shadow:
             return None
         return self.spark.read.format("delta").load(self.path(table))
 
+    def reading(self, input_roots: dict[str, str]) -> "Shadow":
+        """The same shadow lake, its flows reading the tables named in `input_roots` from those roots."""
+        view = copy.copy(self)
+        view.ctx = replace(self.ctx, input_roots=input_roots)
+        return view
+
     def drop(self) -> None:
         """Delete the shadow's files (through Hadoop, so an object-store lake works too)."""
-        jvm = self.spark._jvm
-        path = jvm.org.apache.hadoop.fs.Path(self.root)
-        path.getFileSystem(self.spark._jsc.hadoopConfiguration()).delete(path, True)
+        delete_tree(self.spark, self.root)
 
 
 def read_input(spark: SparkSession, source: TopicSpec | TableSpec, ctx: FlowContext, inputs: Inputs) -> DataFrame:
@@ -85,26 +92,22 @@ def read_kafka_range(spark: SparkSession, topic: TopicSpec, ctx: FlowContext, bo
         return json.dumps({topic.name: {str(p): int(o) for p, o in offsets.items()}})
 
     return (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", ctx.kafka_bootstrap)
-        .option("subscribe", topic.name)
-        .option("includeHeaders", "true")
+        spark.read.format("kafka").options(**kafka_options(topic, ctx))
         .option("startingOffsets", spec(bounds.get("start"), "earliest"))
         .option("endingOffsets", spec(bounds.get("end"), "latest"))
-        .option("failOnDataLoss", "false" if topic.cleanup_policy == "compact" else "true")
         .load()
     )
 
 
-def late_coordinates(spark: SparkSession, ctx: FlowContext, flow: Flow) -> DataFrame | None:
-    """Kafka coordinates of the events this flow sent to late_arrivals and no backfill has folded in yet."""
-    path = LATE_ARRIVALS.path(ctx.inputs)
+def unreconciled_late(spark: SparkSession, lake_root: str, flow: Flow) -> DataFrame | None:
+    """The events this flow sent to late_arrivals that no backfill has folded in yet (None: no such table)."""
+    path = LATE_ARRIVALS.path(lake_root)
     if not DeltaTable.isDeltaTable(spark, path):
         return None
     late = spark.read.format("delta").load(path).where(F.col("flow") == flow.name)
     if "reconciled_at" in late.columns:
         late = late.where(F.col("reconciled_at").isNull())
-    return late.select(*KAFKA_COORDINATES).distinct()
+    return late
 
 
 def recompute(spark: SparkSession, flow: Flow, shadow: Shadow, inputs: Inputs = Inputs()) -> DataFrame | None:
@@ -115,8 +118,9 @@ def recompute(spark: SparkSession, flow: Flow, shadow: Shadow, inputs: Inputs = 
             log.info("recompute %s: %s does not exist yet", flow.name, table.name)
             return None
     frames = [read_input(spark, source, ctx, inputs) for source in flow.sources]
-    if inputs.without_late and (late := late_coordinates(spark, ctx, flow)) is not None:
-        frames = [df.join(late, list(KAFKA_COORDINATES), "left_anti") for df in frames]
+    if inputs.without_late and (late := unreconciled_late(spark, ctx.inputs, flow)) is not None:
+        coordinates = late.select(*KAFKA_COORDINATES).distinct()
+        frames = [df.join(coordinates, list(KAFKA_COORDINATES), "left_anti") for df in frames]
     out = flow.apply(*frames, ctx=ctx)
     target = shadow.path(flow.target)
     if flow.output == "batch":

@@ -13,7 +13,7 @@ ones downstream of a rewritten table included.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
 
@@ -28,6 +28,8 @@ from schemas.tables import TableSpec
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.flows import FLOWS, Flow
+from streaming.lake_files import children
+from streaming.runner import table_version
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +80,6 @@ def _version_at(spark: SparkSession, path: str, timestamp: str) -> int:
     if row[0] is None:
         raise BadReplay(f"{path} has no version at or before {timestamp}.")
     return int(row[0])
-
-
-def _latest(spark: SparkSession, path: str) -> int:
-    return DeltaTable.forPath(spark, path).history(1).first()["version"]
 
 
 def _kafka_start(spark: SparkSession, topic: TopicSpec, ctx: FlowContext, bronze: DataFrame | None,
@@ -141,8 +139,7 @@ def replay(spark: SparkSession, ctx: FlowContext, table: str, start: StartingPoi
     out: list[Replayed] = []
     for n, flow in enumerate(chosen, 1):
         # Inputs this replay rebuilt are read from the shadow; the rest from the live lake.
-        fctx = replace(shadow.ctx, input_roots={name: shadow.root for name in rebuilt})
-        fshadow = replace_ctx(shadow, fctx)
+        fshadow = shadow.reading({name: shadow.root for name in rebuilt})
         done = Replayed(flow.target.name, flow.name, shadow.path(flow.target))
         if flow is root and isinstance(flow.source, TopicSpec):
             if start.version is not None or start.timestamp is not None:
@@ -150,7 +147,6 @@ def replay(spark: SparkSession, ctx: FlowContext, table: str, start: StartingPoi
                                 "not a Delta version.")
             df = _rebuild_bronze(spark, flow, ctx, fshadow, start)
         else:
-            inputs = Inputs()
             positions = {}
             for source in flow.sources:
                 if source.name in rebuilt:
@@ -168,10 +164,9 @@ def replay(spark: SparkSession, ctx: FlowContext, table: str, start: StartingPoi
                 elif flow is root:
                     raise BadReplay(f"{table} is not read from Kafka: start it from a Delta version or timestamp.")
                 else:
-                    version = _latest(spark, path)
+                    version = table_version(spark, path)
                 positions[source.name] = version
-            inputs = Inputs(versions=positions)
-            df = recompute(spark, flow, fshadow, inputs)
+            df = recompute(spark, flow, fshadow, Inputs(versions=positions))
             done.positions = {name: {"version": v + 1} for name, v in positions.items()}
         if df is not None:
             rebuilt[flow.target.name] = shadow.root
@@ -181,13 +176,6 @@ def replay(spark: SparkSession, ctx: FlowContext, table: str, start: StartingPoi
         if progress:
             progress(n, len(chosen), done)
     return shadow, out
-
-
-def replace_ctx(shadow: Shadow, ctx: FlowContext) -> Shadow:
-    """The same shadow lake seen through another context (other input roots)."""
-    view = object.__new__(Shadow)
-    view.spark, view.root, view.ctx = shadow.spark, shadow.root, ctx
-    return view
 
 
 def compare(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: list[Replayed], *, flows=FLOWS,
@@ -224,7 +212,7 @@ def swap(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: list[R
         writer.save(live_path)
         _move_state(spark, flow, shadow, ctx)
         reset_checkpoint(flow, ctx)
-        done.swapped_version = versions[flow.target.name] = _latest(spark, live_path)
+        done.swapped_version = versions[flow.target.name] = table_version(spark, live_path)
         log.info("replay swapped %s in at version %d; flow %s resumes from %s", done.table, done.swapped_version,
                  flow.name, positions or "the offsets bronze holds")
     return replayed
@@ -233,14 +221,7 @@ def swap(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: list[R
 def _move_state(spark: SparkSession, flow: Flow, shadow: Shadow, ctx: FlowContext) -> None:
     """A stateful gold flow's watermark and buffers, as the replay left them, in place of the live ones."""
     suffix = f"gold/_state/{flow.app_id}"
-    source_root = f"{shadow.root}/{suffix}"
-    jvm = spark._jvm
-    fs_path = jvm.org.apache.hadoop.fs.Path(source_root)
-    fs = fs_path.getFileSystem(spark._jsc.hadoopConfiguration())
-    if not fs.exists(fs_path):
-        return
-    for status in fs.listStatus(fs_path):
-        name = status.getPath().getName()
-        target = f"{ctx.lake_root.rstrip('/')}/{suffix}/{name}"
-        (spark.read.format("delta").load(status.getPath().toString())
+    for table in children(spark, f"{shadow.root}/{suffix}", folders_only=True):
+        target = f"{ctx.lake_root.rstrip('/')}/{suffix}/{table.rsplit('/', 1)[-1]}"
+        (spark.read.format("delta").load(table)
          .write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(target))

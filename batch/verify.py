@@ -17,13 +17,12 @@ from datetime import date
 from typing import Any, Callable, Iterable
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from batch.compare import TableDiff, diff_tables, in_days
+from batch.compare import TableDiff, diff_tables, in_days, plain
 from batch.lineage import batch_flows
-from batch.recompute import Inputs, Shadow, recompute
-from schemas.tables import LATE_ARRIVALS
+from batch.recompute import Inputs, Shadow, recompute, unreconciled_late
 from streaming.context import FlowContext
 from streaming.flows import FLOWS, Flow
 
@@ -51,18 +50,13 @@ class Verdict:
 
 def _late_events(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tuple[date, date] | None,
                  limit: int) -> tuple[int, list[dict[str, Any]]]:
-    path = LATE_ARRIVALS.path(ctx.lake_root)
-    if not DeltaTable.isDeltaTable(spark, path):
+    late = unreconciled_late(spark, ctx.lake_root, flow)
+    if late is None:
         return 0, []
-    late = spark.read.format("delta").load(path).where(F.col("flow") == flow.name)
-    if "reconciled_at" in late.columns:
-        late = late.where(F.col("reconciled_at").isNull())
     if days is not None:
         late = late.where(F.to_date("event_time").between(F.lit(days[0]), F.lit(days[1])))
     rows = late.select("event_id", "event_time", "lateness_ms", "topic", "partition", "offset").orderBy("event_time")
-    return late.count(), [
-        {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in r.asDict().items()} for r in rows.limit(limit).collect()
-    ]
+    return late.count(), [{k: plain(v) for k, v in r.asDict().items()} for r in rows.limit(limit).collect()]
 
 
 def verify_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, *, days: tuple[date, date] | None = None,
@@ -93,7 +87,7 @@ def verify_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, *, days: tupl
                 if real is not None else diffs
             verdict.explained = explained.count()
             verdict.explained_samples = [
-                {"key": {k: _plain(r[k]) for k in keys}, "kind": r["kind"], "columns": list(r["columns"] or [])}
+                {"key": {k: plain(r[k]) for k in keys}, "kind": r["kind"], "columns": list(r["columns"] or [])}
                 for r in explained.orderBy(*keys).limit(limit).collect()
             ]
         finally:
@@ -102,10 +96,6 @@ def verify_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, *, days: tupl
         return verdict
     finally:
         shadow.drop()
-
-
-def _plain(value: Any) -> Any:
-    return value.isoformat() if hasattr(value, "isoformat") else value
 
 
 def verify(spark: SparkSession, ctx: FlowContext, tables: Iterable[str] | None = None, *,

@@ -64,12 +64,14 @@ def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
     assert days is not None
     flows = [f for f in batch_flows(args.table or None) if is_partitioned(f.target)]
     names = [f.asset_name for f in flows]
+    command = ["lakehouse", "backfill", "--from", days[0].isoformat(), "--to", days[1].isoformat(),
+               *[word for table in args.table or () for word in ("--table", table)]]
     bar = Bar(len(names))
     logging.getLogger("batch.backfill").addHandler(bar)
     print(f"Backfilling {days[0]}..{days[1]} of {len(names)} tables: {', '.join(names)}", file=sys.stderr)
     try:
         result = runs.run_job(settings, BACKFILL_JOB, selection=names, partition_range=(days[0].isoformat(), days[1].isoformat()),
-                              tags={runs.COMMAND_TAG: "lakehouse " + shlex.join(sys.argv[1:])})
+                              tags={runs.COMMAND_TAG: shlex.join(command)})
     finally:
         logging.getLogger("batch.backfill").removeHandler(bar)
     meta = runs.materialized_metadata(result)
@@ -77,20 +79,23 @@ def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
              m.get("delta_version"), "yes" if m.get("rewritten") else "no") for n, m in meta.items()]
     print(format_table(("table", "added", "changed", "removed", "late absorbed", "version", "rewritten"), rows))
     print(f"Run {result.run_id} (job {BACKFILL_JOB}, partitions {days[0]}..{days[1]}); `lakehouse ui` shows it.")
-    if (err := runs.failure_message(result)) is not None:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    return 0
+    return runs.exit_status(result)
+
+
+def _flow_context(settings: Settings):
+    """The flows' context as the Dagster resources build it from the settings."""
+    from orchestration.resources import build_resources
+
+    resources = build_resources(settings)
+    return resources["lake"].flow_context(resources["kafka"])
 
 
 def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
     from batch.verify import describe, verify
     from infra.spark import get_spark
-    from orchestration.resources import build_resources
     from orchestration.sql import format_table
 
-    resources = build_resources(settings)
-    ctx = resources["lake"].flow_context(resources["kafka"])
+    ctx = _flow_context(settings)
     spark = get_spark(settings, "lakehouse-verify")
 
     def progress(n: int, total: int, verdict) -> None:
@@ -123,13 +128,11 @@ def _offsets(text: str) -> dict[int, int]:
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     from batch.replay import StartingPoint, compare, replay, swap
     from infra.spark import get_spark
-    from orchestration.resources import build_resources
     from orchestration.sql import format_table
 
     start = StartingPoint(version=args.from_version, timestamp=args.from_timestamp, offsets=args.from_offsets,
                           kafka_timestamp=args.from_kafka_timestamp)
-    resources = build_resources(settings)
-    ctx = resources["lake"].flow_context(resources["kafka"])
+    ctx = _flow_context(settings)
     spark = get_spark(settings, "lakehouse-replay")
 
     def progress(n: int, total: int, done) -> None:

@@ -24,7 +24,7 @@ def _metadata(verdict: Verdict) -> dict[str, object]:
         "late_arrivals_unreconciled": verdict.late_events,
         "stream_rows": diff.stream_rows if diff else 0,
         "batch_rows": diff.batch_rows if diff else 0,
-        "details": dg.MetadataValue.md("\n".join(["```", *describe(verdict), "```"]) if describe(verdict) else "none"),
+        "details": dg.MetadataValue.md("\n".join(["```", *lines, "```"]) if (lines := describe(verdict)) else "none"),
     }
 
 

@@ -128,10 +128,7 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
             "retained_records", "partitions", "duration_s", "dagster/row_count", "watermark", "state_rows", "waiting_for")}
         print(f"{name}: " + ", ".join(f"{k.split('/')[-1]}={v}" for k, v in shown.items()))
     print(f"run {result.run_id} of job catch_up (lakehouse ui shows it)")
-    if (err := runs.failure_message(result)) is not None:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    return 0
+    return runs.exit_status(result)
 
 
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 from infra.settings import Settings
 from orchestration.assets import build_assets
-from orchestration.catch_up import CATCH_UP_JOB, catch_up_job
+from orchestration.catch_up import catch_up_job
 from orchestration.checks import build_checks
 from orchestration.maintenance import build_maintenance
 from orchestration.partitions import daily, is_partitioned
@@ -17,6 +17,8 @@ from streaming.flows import FLOWS
 
 BACKFILL_JOB = "backfill"
 RECONCILE_SCHEDULE = "nightly_reconciliation"
+RECONCILE_DAYS = 3             # partitions the nightly reconciliation backfills, today's included
+RECONCILE_CRON = "30 2 * * *"  # 02:30 UTC
 # The silver and gold tables with an event date, which carry the daily partitions (dimensions have none).
 PARTITIONED = dg.AssetSelection.assets(*[f.asset_name for f in FLOWS if is_partitioned(f.target)])
 
@@ -36,14 +38,12 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         description="Recompute the chosen days of the silver and gold tables with the batch lane (the streams' own "
                     "transforms over the bounded log) and replace the partitions that differ; one run per range.",
     )
-    reconcile_days = getattr(settings, "reconcile_days", 3)
-
-    @dg.schedule(job=backfill_job, cron_schedule=getattr(settings, "reconcile_cron", "30 2 * * *"),
+    @dg.schedule(job=backfill_job, cron_schedule=RECONCILE_CRON,
                  execution_timezone="UTC", name=RECONCILE_SCHEDULE,
-                 description=f"Backfill the last {reconcile_days} days' partitions every night, so that late arrivals "
+                 description=f"Backfill the last {RECONCILE_DAYS} days' partitions every night, so that late arrivals "
                              "are folded in; the run's metadata says what changed in each table.")
     def nightly_reconciliation(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-        start, end = reconcile_range(context.scheduled_execution_time, reconcile_days)
+        start, end = reconcile_range(context.scheduled_execution_time, RECONCILE_DAYS)
         return dg.RunRequest(
             run_key=f"reconcile-{end}",
             tags={"dagster/asset_partition_range_start": start, "dagster/asset_partition_range_end": end,

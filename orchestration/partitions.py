@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 
 from batch.compare import day_sql
 from schemas.tables import TableSpec
+from streaming.lake_files import children
 
 # The first day a partition exists for; events before it can still be backfilled from the CLI.
 FIRST_DAY = "2025-01-01"
@@ -38,15 +39,9 @@ def touched_days(spark: SparkSession, table: TableSpec, path: str, after_version
     column give its dates; a MERGE rewrites whole files, so a date counts as touched when a rewritten
     file holds rows of it.
     """
-    log_dir = f"{path.rstrip('/')}/_delta_log"
-    jvm = spark._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(log_dir)
-    fs = hpath.getFileSystem(spark._jsc.hadoopConfiguration())
-    if not fs.exists(hpath):
-        return []
     start = -1 if after_version is None else after_version
-    files = [s.getPath().toString() for s in fs.listStatus(hpath)
-             if s.getPath().getName().endswith(".json") and int(s.getPath().getName().split(".")[0]) > start]
+    commits = [f for f in children(spark, f"{path.rstrip('/')}/_delta_log") if f.endswith(".json")]
+    files = [f for f in commits if int(f.rsplit("/", 1)[-1].split(".")[0]) > start]
     if not files:
         return []
     days: set[str] = set()

@@ -226,6 +226,14 @@ def materialized_metadata(result: dg.ExecutionResult) -> dict[str, dict[str, Any
     return out
 
 
+def exit_status(result: dg.ExecutionResult) -> int:
+    """The command's exit status for a run: 0 if it succeeded, else 1 after printing its failure in one line."""
+    if (err := failure_message(result)) is None:
+        return 0
+    print(f"error: {err}", file=sys.stderr)
+    return 1
+
+
 def failure_message(result: dg.ExecutionResult) -> str | None:
     """The first step failure's message, or None if the run succeeded."""
     if result.success:

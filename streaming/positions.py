@@ -56,6 +56,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from delta.tables import DeltaTable
+
+from streaming.lake_files import hadoop_fs
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -253,9 +255,7 @@ def kafka_starting_offsets(positions: Mapping[str, Mapping[int, int]], partition
 
 # ---------------------------------------------------------------- checkpoint files (through Hadoop)
 
-def _fs(spark: SparkSession, path: str):
-    jpath = spark._jvm.org.apache.hadoop.fs.Path(path)
-    return jpath.getFileSystem(spark._jsc.hadoopConfiguration()), jpath
+_fs = hadoop_fs
 
 
 def exists(spark: SparkSession, path: str) -> bool:

@@ -13,6 +13,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from streaming.lake_files import children
 from schemas.tables import TableSpec
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext
@@ -192,11 +193,7 @@ def _state_tables(spark: SparkSession, writer: Any) -> list[str]:
     root = getattr(writer, "state_root", "") or ""
     if not root:
         return []
-    jpath = spark._jvm.org.apache.hadoop.fs.Path(root)
-    fs = jpath.getFileSystem(spark._jsc.hadoopConfiguration())
-    if not fs.exists(jpath):
-        return []
-    return [f"{root}/{s.getPath().getName()}" for s in fs.listStatus(jpath) if s.isDirectory()]
+    return [f"{root}/{path.rsplit('/', 1)[-1]}" for path in children(spark, root, folders_only=True)]
 
 
 def _plain(positions: dict[str, Any]) -> dict[str, Any]:

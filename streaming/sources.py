@@ -9,6 +9,18 @@ from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 
 
+def kafka_options(topic: TopicSpec, ctx: FlowContext) -> dict[str, str]:
+    """What every read of a topic sets, streaming or bounded (the batch lane's)."""
+    return {
+        "kafka.bootstrap.servers": ctx.kafka_bootstrap,
+        "subscribe": topic.name,
+        "includeHeaders": "true",
+        # Offsets that vanished (retention) must stop the read loudly, never skip silently. A compacted
+        # changelog has gaps by design (older values of a key removed), which Spark would take for loss.
+        "failOnDataLoss": "false" if topic.cleanup_policy == "compact" else "true",
+    }
+
+
 def read_kafka_stream(spark: SparkSession, topic: TopicSpec, ctx: FlowContext, *,
                       starting_offsets: str | None = None) -> DataFrame:
     """The topic as an unbounded DataFrame (key, value, headers, coordinates, timestamp).
@@ -18,13 +30,8 @@ def read_kafka_stream(spark: SparkSession, topic: TopicSpec, ctx: FlowContext, *
     """
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", ctx.kafka_bootstrap)
-        .option("subscribe", topic.name)
+        .options(**kafka_options(topic, ctx))
         .option("startingOffsets", starting_offsets or "earliest")
-        .option("includeHeaders", "true")
-        # Offsets that vanished (retention) must stop the stream loudly, never skip silently. A compacted
-        # changelog has gaps by design (older values of a key removed), which Spark would take for loss.
-        .option("failOnDataLoss", "false" if topic.cleanup_policy == "compact" else "true")
         # A client call blocks a query's stop until it times out (60 s by default): bound it, so that a
         # lost broker is reported, and the query stopped, within seconds. Healthy requests take milliseconds.
         .option("kafka.request.timeout.ms", "10000")
