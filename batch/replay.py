@@ -159,6 +159,8 @@ def replay(spark: SparkSession, ctx: FlowContext, table: str, start: StartingPoi
                         raise BadReplay(f"{table} reads {len(flow.sources)} tables, whose versions differ: start it "
                                         "from a timestamp instead (--from-timestamp).")
                     version = start.version
+                    if not 0 <= version <= (latest := table_version(spark, path)):
+                        raise BadReplay(f"{source.name} has no version {version}; its versions go from 0 to {latest}.")
                 elif flow is root and start.timestamp is not None:
                     version = _version_at(spark, path, start.timestamp)
                 elif flow is root:

@@ -120,9 +120,12 @@ def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
 def _offsets(text: str) -> dict[int, int]:
     """`0=120,1=98`: partition=offset pairs."""
     try:
-        return {int(p): int(o) for p, o in (item.split("=") for item in text.split(",") if item.strip())}
+        pairs = {int(p): int(o) for p, o in (item.split("=") for item in text.split(",") if item.strip())}
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not partition=offset pairs such as 0=120,1=98") from None
+        pairs = {}
+    if not pairs or any(p < 0 or o < 0 for p, o in pairs.items()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not partition=offset pairs such as 0=120,1=98")
+    return pairs
 
 
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:

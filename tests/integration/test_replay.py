@@ -14,7 +14,7 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from batch.replay import StartingPoint, compare, replay, swap
+from batch.replay import BadReplay, StartingPoint, compare, replay, swap
 from schemas import sources, tables, topics
 from streaming import flows as registry
 from streaming.context import FlowContext
@@ -81,6 +81,8 @@ def test_replays_from_a_delta_version_and_from_a_kafka_time_reproduce_the_live_t
     """Silver from bronze at its latest version, and bronze from Kafka at a time mid-log: no differences."""
     ctx = pipeline["ctx"]
     bronze_version = DeltaTable.forPath(spark, tables.BRONZE_ORDERS.path(ctx.lake_root)).history(1).first()["version"]
+    with pytest.raises(BadReplay, match=f"bronze_orders has no version {bronze_version + 5}; its versions go from 0"):
+        replay(spark, ctx, "silver_orders", StartingPoint(version=bronze_version + 5), flows=FIXED[:2])
     shadow, rebuilt = replay(spark, ctx, "silver_orders", StartingPoint(version=bronze_version), flows=FIXED[:2])
     [silver] = compare(spark, ctx, shadow, rebuilt, flows=FIXED[:2])
     assert silver.rows > 0 and silver.diff.differences == 0, silver.diff.samples

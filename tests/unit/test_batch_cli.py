@@ -47,8 +47,9 @@ def test_replay_needs_exactly_one_starting_point(capsys):
     assert "one of the arguments" in capsys.readouterr().err
     assert main(["replay", "silver_orders", "--from-version", "3", "--from-offsets", "0=1"]) == 2
     assert "not allowed with argument" in capsys.readouterr().err
-    assert main(["replay", "bronze_orders", "--from-offsets", "0:1"]) == 2
-    assert "is not partition=offset pairs" in capsys.readouterr().err
+    for bad in ("0:1", "0=-5", ","):
+        assert main(["replay", "bronze_orders", "--from-offsets", bad]) == 2
+        assert "is not partition=offset pairs" in capsys.readouterr().err
 
 
 def test_nightly_reconciliation_covers_the_last_days_up_to_today():
