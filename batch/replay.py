@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -129,15 +128,15 @@ def _rebuild_bronze(spark: SparkSession, flow: Flow, ctx: FlowContext, shadow: S
     return shadow.read(flow.target)
 
 
-def replay(spark: SparkSession, ctx: FlowContext, table: str, start: StartingPoint, *, flows=FLOWS,
-           progress: Callable[[int, int, Replayed], None] | None = None) -> tuple[Shadow, list[Replayed]]:
+def replay(spark: SparkSession, ctx: FlowContext, table: str, start: StartingPoint, *,
+           flows=FLOWS) -> tuple[Shadow, list[Replayed]]:
     """Rebuild `table` and its downstream into a shadow lake from `start`; returns the shadow and what it holds."""
     chosen = with_downstream([table], flows)
     root = flow_for(table, flows)
     shadow = Shadow(spark, ctx, f"replay-{table}")
     rebuilt: dict[str, str] = {}
     out: list[Replayed] = []
-    for n, flow in enumerate(chosen, 1):
+    for flow in chosen:
         # Inputs this replay rebuilt are read from the shadow; the rest from the live lake.
         fshadow = shadow.reading({name: shadow.root for name in rebuilt})
         done = Replayed(flow.target.name, flow.name, shadow.path(flow.target))
@@ -175,8 +174,6 @@ def replay(spark: SparkSession, ctx: FlowContext, table: str, start: StartingPoi
             done.rows = df.count()
         out.append(done)
         log.info("replay %s: %d rows rebuilt in %s", done.table, done.rows, done.shadow_path)
-        if progress:
-            progress(n, len(chosen), done)
     return shadow, out
 
 

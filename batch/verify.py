@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
@@ -98,19 +98,20 @@ def verify_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, *, days: tupl
         shadow.drop()
 
 
+def verified_flows(tables: Iterable[str] | None = None, flows: Iterable[Flow] = FLOWS) -> list[Flow]:
+    """The flows `verify` checks: those of the named tables (not their downstream), or all after bronze."""
+    return [f for f in batch_flows(list(tables or []), flows) if not tables or f.target.name in set(tables)]
+
+
 def verify(spark: SparkSession, ctx: FlowContext, tables: Iterable[str] | None = None, *,
-           days: tuple[date, date] | None = None, flows: Iterable[Flow] = FLOWS,
-           progress: Callable[[int, int, Verdict], None] | None = None) -> list[Verdict]:
+           days: tuple[date, date] | None = None, flows: Iterable[Flow] = FLOWS) -> list[Verdict]:
     """Verify each named table (all after bronze by default) against the batch lane; one Verdict per table."""
-    chosen = [f for f in batch_flows(list(tables or []), flows) if not tables or f.target.name in set(tables)]
     verdicts = []
-    for n, flow in enumerate(chosen, 1):
+    for flow in verified_flows(tables, flows):
         verdict = verify_flow(spark, flow, ctx, days=days)
         log.info("verify %s: %s (%d differing rows, %d explained by late arrivals, %d real)", verdict.table,
                  verdict.status, verdict.diff.differences if verdict.diff else 0, verdict.explained, verdict.real)
         verdicts.append(verdict)
-        if progress:
-            progress(n, len(chosen), verdict)
     return verdicts
 
 

@@ -40,17 +40,33 @@ def _days(args: argparse.Namespace) -> tuple[date, date] | None:
 
 
 class Bar(logging.Handler):
-    """A one-line progress bar on stderr, moved on by the batch lane's per-table log records."""
+    """A progress bar on stderr, moved on by one per-table log record each; it stands in for the console
+    line of those records (the log file still gets them)."""
 
-    def __init__(self, total: int, width: int = 24):
+    def __init__(self, logger: str, total: int, width: int = 24):
         super().__init__(logging.INFO)
-        self.total, self.done, self.width = total, 0, width
+        self.logger, self.total, self.done, self.width = logging.getLogger(logger), total, 0, width
+        self.consoles = [h for h in logging.getLogger().handlers if type(h) is logging.StreamHandler]
 
     def emit(self, record: logging.LogRecord) -> None:
         self.done = min(self.total, self.done + 1)
         filled = self.width * self.done // max(self.total, 1)
-        text = record.getMessage()
-        print(f"[{'#' * filled}{'-' * (self.width - filled)}] {self.done}/{self.total} {text}", file=sys.stderr, flush=True)
+        print(f"[{'#' * filled}{'-' * (self.width - filled)}] {self.done}/{self.total} {record.getMessage()}",
+              file=sys.stderr, flush=True)
+
+    def _shown(self, record: logging.LogRecord) -> bool:
+        return not (record.name == self.logger.name and record.levelno == logging.INFO)
+
+    def __enter__(self) -> Bar:
+        self.logger.addHandler(self)
+        for console in self.consoles:
+            console.addFilter(self._shown)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.logger.removeHandler(self)
+        for console in self.consoles:
+            console.removeFilter(self._shown)
 
 
 def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
@@ -66,14 +82,10 @@ def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
     names = [f.asset_name for f in flows]
     command = ["lakehouse", "backfill", "--from", days[0].isoformat(), "--to", days[1].isoformat(),
                *[word for table in args.table or () for word in ("--table", table)]]
-    bar = Bar(len(names))
-    logging.getLogger("batch.backfill").addHandler(bar)
     print(f"Backfilling {days[0]}..{days[1]} of {len(names)} tables: {', '.join(names)}", file=sys.stderr)
-    try:
+    with Bar("batch.backfill", len(names)):
         result = runs.run_job(settings, BACKFILL_JOB, selection=names, partition_range=(days[0].isoformat(), days[1].isoformat()),
                               tags={runs.COMMAND_TAG: shlex.join(command)})
-    finally:
-        logging.getLogger("batch.backfill").removeHandler(bar)
     meta = runs.materialized_metadata(result)
     rows = [(n, m.get("rows_added"), m.get("rows_changed"), m.get("rows_removed"), m.get("late_arrivals_absorbed"),
              m.get("delta_version"), "yes" if m.get("rewritten") else "no") for n, m in meta.items()]
@@ -91,17 +103,14 @@ def _flow_context(settings: Settings):
 
 
 def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
-    from batch.verify import describe, verify
+    from batch.verify import describe, verified_flows, verify
     from infra.spark import get_spark
     from orchestration.sql import format_table
 
     ctx = _flow_context(settings)
     spark = get_spark(settings, "lakehouse-verify")
-
-    def progress(n: int, total: int, verdict) -> None:
-        print(f"[{n}/{total}] {verdict.table}: {verdict.status}", file=sys.stderr, flush=True)
-
-    verdicts = verify(spark, ctx, args.table or None, days=_days(args), progress=progress)
+    with Bar("batch.verify", len(verified_flows(args.table or None))):
+        verdicts = verify(spark, ctx, args.table or None, days=_days(args))
     rows = [(v.table, v.status, v.diff.differences if v.diff else 0, v.explained, v.real, v.late_events)
             for v in verdicts]
     print(format_table(("table", "status", "differing rows", "explained by late arrivals", "real discrepancies",
@@ -129,6 +138,7 @@ def _offsets(text: str) -> dict[int, int]:
 
 
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
+    from batch.lineage import with_downstream
     from batch.replay import StartingPoint, compare, replay, swap
     from infra.spark import get_spark
     from orchestration.sql import format_table
@@ -137,12 +147,11 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
                           kafka_timestamp=args.from_kafka_timestamp)
     ctx = _flow_context(settings)
     spark = get_spark(settings, "lakehouse-replay")
-
-    def progress(n: int, total: int, done) -> None:
-        print(f"[{n}/{total}] rebuilt {done.table}: {done.rows} rows", file=sys.stderr, flush=True)
-
-    print(f"Replaying {args.table} and everything downstream from {start.describe()}", file=sys.stderr)
-    shadow, rebuilt = replay(spark, ctx, args.table, start, progress=progress)
+    chosen = with_downstream([args.table])
+    print(f"Replaying {args.table} and everything downstream ({len(chosen)} tables) from {start.describe()}",
+          file=sys.stderr)
+    with Bar("batch.replay", len(chosen)):
+        shadow, rebuilt = replay(spark, ctx, args.table, start)
     if args.compare or args.swap:
         compare(spark, ctx, shadow, rebuilt)
         rows = [(r.table, r.diff.stream_rows, r.diff.batch_rows, r.diff.only_stream, r.diff.only_batch, r.diff.changed)
@@ -195,9 +204,10 @@ def add_batch_commands(sub: argparse._SubParsersAction) -> None:
                     "before that point). --compare reports how the rebuilt tables differ from the live ones; --swap "
                     "replaces the live tables (one commit each; the old version stays readable by time travel) and "
                     "resets their streams' checkpoints, so they resume where the replay ended.")
-    p.add_argument("table")
+    p.add_argument("table", help="the table to rebuild, e.g. silver_orders; every table downstream of it is rebuilt too")
     start = p.add_mutually_exclusive_group(required=True)
-    start.add_argument("--from-version", type=int, help="the input table's Delta version to rebuild from")
+    start.add_argument("--from-version", type=int, help="the input table's Delta version to rebuild from (the "
+                       "table as its input stood at that version; `lakehouse history TABLE` lists them)")
     start.add_argument("--from-timestamp", help="the input table as of this time, e.g. 2026-11-22T10:00:00Z")
     start.add_argument("--from-offsets", type=_offsets, help="bronze only: partition=offset pairs to read Kafka again from")
     start.add_argument("--from-kafka-timestamp", type=_instant, help="bronze only: read Kafka again from this time")

@@ -40,6 +40,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     )
     @dg.schedule(job=backfill_job, cron_schedule=RECONCILE_CRON,
                  execution_timezone="UTC", name=RECONCILE_SCHEDULE,
+                 default_status=dg.DefaultScheduleStatus.RUNNING,
                  description=f"Backfill the last {RECONCILE_DAYS} days' partitions every night, so that late arrivals "
                              "are folded in; the run's metadata says what changed in each table.")
     def nightly_reconciliation(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:

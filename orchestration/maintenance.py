@@ -230,11 +230,11 @@ def build_maintenance(settings: Settings, specs: Sequence[TableSpec] | None = No
         JOB, selection=dg.AssetSelection.groups(GROUP) | dg.AssetSelection.checks(topic_checks),
         description="Compact every table, VACUUM what is past the replay window, and check that topics and "
                     "tables keep at least the replay window.",
-        tags={"lakehouse/command": "nightly maintenance"},
     )
     schedule = dg.ScheduleDefinition(
         name=SCHEDULE, job=job, cron_schedule=settings.maintenance_cron, execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING,
+        tags={"lakehouse/command": "nightly maintenance"},
         description=f"Compaction, VACUUM and the retention checks at {settings.maintenance_cron!r} (UTC; "
                     "LAKEHOUSE_MAINTENANCE_CRON).",
     )
