@@ -160,6 +160,7 @@ _DERIVED = {
     "jars_dir": "<home>/jars",
     "dagster_home": "<home>/dagster",
     "log_dir": "<home>/logs",
+    "quality_dir": "<home>/quality",
     "kafka_bootstrap": "<kafka_host>:<kafka_port>",
     "maven_settings": "infra/maven/settings.xml",
 }
@@ -253,6 +254,11 @@ class Settings:
         "keeps its log (time travel) at least this long; `lakehouse doctor` checks it.", REPLAY_WINDOW)
     maintenance_cron: str = _setting(
         "0 3 * * *", "When the nightly compaction (OPTIMIZE) and VACUUM run: a cron expression in UTC.", CRON)
+    quality: bool = _setting(
+        True, "Check every silver and gold batch against its table's expectation suite (quality/suites.py); "
+        "false skips the checks (for measuring what they cost).", BOOLEAN)
+    quality_dir: str = _setting(
+        "", "Great Expectations' project folder: suites, validation results and the HTML Data Docs.", PATH)
 
     def __post_init__(self) -> None:
         home = self.home
@@ -261,6 +267,7 @@ class Settings:
             "jars_dir": f"{home}/jars",
             "dagster_home": f"{home}/dagster",
             "log_dir": f"{home}/logs",
+            "quality_dir": f"{home}/quality",
             "kafka_bootstrap": f"{self.kafka_host}:{self.kafka_port}",
         }
         unset = {name for name in defaults if not getattr(self, name)}

@@ -7,6 +7,7 @@ from pyspark.sql import SparkSession
 
 from infra.settings import Settings, is_secret
 from infra.spark import get_spark
+from schemas.tables import QUALITY_RESULTS
 from streaming.context import FlowContext
 
 
@@ -59,9 +60,20 @@ class LakeResource(dg.ConfigurableResource):
     event_time_max_ahead: str = "1 day"
     max_offsets_per_trigger: int = 0
     replay_window: str = "7 days"       # what VACUUM keeps and the retention checks require
+    quality: bool = True                # check each batch against its table's expectation suite
+    quality_dir: str = ""               # GX's project folder (Data Docs); "": results go to the Delta table only
+
+    def quality_gate(self):
+        """The expectation suites' gate the flows call, or None when checks are off."""
+        if not self.quality:
+            return None
+        from quality.gate import Gate
+
+        return Gate(QUALITY_RESULTS.path(self.root), self.quality_dir or None)
 
     def flow_context(self, kafka: KafkaResource) -> FlowContext:
         return FlowContext(
+            quality=self.quality_gate(),
             lake_root=self.root,
             kafka_bootstrap=kafka.bootstrap_servers,
             silver_dedup_watermark=self.silver_dedup_watermark,
@@ -99,6 +111,6 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
             sliding_window=settings.sliding_window, sliding_threshold=settings.sliding_threshold,
             session_gap=settings.session_gap, payment_within=settings.payment_within, max_offsets_per_trigger=settings.max_offsets_per_trigger,
             event_time_floor=settings.event_time_floor, event_time_max_ahead=settings.event_time_max_ahead,
-            replay_window=settings.replay_window,
+            replay_window=settings.replay_window, quality=settings.quality, quality_dir=settings.quality_dir,
         ),
     }

@@ -23,6 +23,8 @@ class TableSpec:
     time_range: tuple[str, str] | None = None   # columns whose min and max give the event time the table covers
     question: str = ""                    # the business question a gold table answers
     zorder_by: tuple[str, ...] = ()       # columns its queries filter on: nightly OPTIMIZE clusters files by them
+    suite: str | None = None              # the expectation suite its batches are checked against (quality/suites.py);
+                                          # None: the suite named after the table
 
     def path(self, lake_root: str) -> str:
         """Where the table lives: <lake_root>/<layer>/<name> (a folder or an object-store URI)."""
@@ -121,7 +123,7 @@ __getattr__ = from_sources(__name__, {
 
 
 def all_tables(declared: Iterable[Any]) -> tuple[TableSpec, ...]:
-    """Every table: each source's bronze and silver, then quarantine, late arrivals and gold."""
+    """Every table: each source's bronze and silver, then quarantine, late arrivals, gold and the quality results."""
     declared = tuple(declared)
     return (
         *(s.bronze_table for s in declared),
@@ -130,4 +132,13 @@ def all_tables(declared: Iterable[Any]) -> tuple[TableSpec, ...]:
         QUARANTINE,
         LATE_ARRIVALS,
         *GOLD,
+        QUALITY_RESULTS,
     )
+
+
+QUALITY_RESULTS = TableSpec(
+    "quality_results", "silver",
+    "One row per expectation per validated batch: table, suite, lane, micro-batch id, Kafka offsets or partitions, "
+    "severity, success, observed value.",
+    ("table", "lane", "flow", "batch_id", "expectation", "validated_at"),
+)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Protocol
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from schemas.tables import TableSpec
 
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
@@ -27,6 +29,37 @@ def duration_micros(text: str) -> int:
     if not parts or _PART.sub("", text).strip():
         raise ValueError(f"{text!r} is not a duration such as '10 minutes' or '1 hour'")
     return sum(int(n) * _UNIT_SECONDS[unit.lower()] for n, unit in parts) * 1_000_000
+
+
+@dataclass(frozen=True)
+class BatchScope:
+    """Which data a validated batch covered: the flow, its micro-batch id, the lane, and the Kafka offsets."""
+
+    flow: str
+    batch_id: int
+    lane: str = "stream"                   # stream, or the batch lane's purpose: backfill, verify, replay
+    scope: str | None = None               # the batch lane's partition range, e.g. 2026-11-20..2026-11-22
+    offsets: tuple[tuple[str, int, int, int], ...] = ()   # (topic, partition, first offset, last offset)
+
+    def describe(self) -> str:
+        """`micro-batch 7 of flow silver_orders (shop.orders.v1 partition 0 offsets 120-180, ...)`."""
+        where = ", ".join(f"{t} partition {p} offsets {a}-{b}" for t, p, a, b in self.offsets) or "no Kafka offsets"
+        what = f"micro-batch {self.batch_id}" if self.lane == "stream" else f"the {self.lane} of {self.scope or 'all days'}"
+        return f"{what} of flow {self.flow} ({where})"
+
+
+class QualityGate(Protocol):
+    """Expectations applied where data moves (quality/ implements it; the streaming lane only calls it).
+
+    `screen` marks the rows of a parsed silver batch that fail a drop-severity expectation (reason =
+    the expectation's name), so the silver writer sends them to quarantine like any bad record.
+    `validate` checks the rows a batch is about to write against the table's suite, records the
+    results, and raises when a fail-severity expectation fails, before anything is written.
+    """
+
+    def screen(self, table: "TableSpec", parsed: "DataFrame") -> "DataFrame": ...
+
+    def validate(self, table: "TableSpec", rows: "DataFrame", batch: BatchScope) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -53,6 +86,13 @@ class FlowContext:
 
     input_roots: Mapping[str, str] = field(default_factory=dict)   # table name -> root, for single tables
                                                                     # (a replay reads the tables it rebuilt)
+    quality: QualityGate | None = None      # the tables' expectations; None: none are checked
+    lane: str = "stream"                    # who runs the flows: the stream, or the batch lane's purpose
+    scope: str | None = None                # the batch lane's partition range, for the quality results
+
+    def batch_scope(self, flow: str, batch_id: int, rows: "DataFrame | None" = None) -> BatchScope:
+        """The scope of one batch; the Kafka offsets it covered are read from `rows`' coordinates."""
+        return BatchScope(flow, batch_id, self.lane, self.scope, offsets_covered(rows) if rows is not None else ())
 
     @property
     def inputs(self) -> str:
@@ -66,3 +106,13 @@ class FlowContext:
     def watermark_for(self, flow: str) -> str:
         """The watermark delay of a stateful gold flow: its override, else the gold default."""
         return self.gold_watermarks.get(flow, self.gold_watermark)
+
+
+def offsets_covered(rows: "DataFrame") -> tuple[tuple[str, int, int, int], ...]:
+    """(topic, partition, first offset, last offset) of the rows' Kafka coordinates; () if they carry none."""
+    from pyspark.sql import functions as F
+
+    if not {"topic", "partition", "offset"} <= set(rows.columns):
+        return ()
+    found = rows.groupBy("topic", "partition").agg(F.min("offset").alias("a"), F.max("offset").alias("b")).collect()
+    return tuple(sorted((r["topic"], r["partition"], r["a"], r["b"]) for r in found))

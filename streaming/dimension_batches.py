@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField, StructType, TimestampType
 
 from schemas.tables import TableSpec
+from streaming.context import FlowContext
 from streaming.positions import BatchRecord, RecordsPositions, UserMetadata
 from streaming.transforms.dimensions import LINEAGE, scd2_versions
 
@@ -51,8 +52,9 @@ class DimensionWriter(RecordsPositions):
 
     def __init__(
         self, *, table: TableSpec, lake_root: str, key: str, attributes: Sequence[str], app_id: str,
-        schema: StructType | None = None,
+        schema: StructType | None = None, ctx: FlowContext | None = None,
     ):
+        self.ctx = ctx
         self.table = table
         self.path = table.path(lake_root)
         self.key = key
@@ -98,6 +100,9 @@ class DimensionWriter(RecordsPositions):
             versions = versions.persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 versions.count()   # read the table's versions before the MERGE changes them
+                if self.ctx is not None and self.ctx.quality is not None:
+                    self.ctx.quality.validate(self.table, versions, self.ctx.batch_scope(
+                        self.table.name, batch_id, changes))
                 before = _version(spark, self.path)
                 self._merge(spark, target, versions, batch_id, self.batch_record(spark, batch_id))
                 after = _version(spark, self.path)

@@ -94,6 +94,7 @@ def silver_writer(flow: Flow, ctx: FlowContext) -> SilverWriter:
     return SilverWriter(
         flow=flow.name, schema=flow.schema, silver=flow.target, lake_root=ctx.lake_root,
         dedup_delay_micros=duration_micros(flow.dedup_watermark or ctx.silver_dedup_watermark), app_id=flow.app_id,
+        ctx=ctx,
     )
 
 
@@ -107,7 +108,7 @@ def dimension_flow(source: Source) -> Flow:
 
     def writer(flow: Flow, ctx: FlowContext) -> DimensionWriter:
         return DimensionWriter(table=flow.target, lake_root=ctx.lake_root, key=dim.key, attributes=dim.attributes,
-                               app_id=flow.app_id, schema=source.dimension_schema)
+                               app_id=flow.app_id, schema=source.dimension_schema, ctx=ctx)
 
     return Flow(f"dim_{source.entity}", source.silver_table, table, to_dimension_changes, output="batch",
                 params=params, writer=writer)
@@ -156,7 +157,7 @@ def stateful(
             flow=flow.name, target=flow.target, lake_root=ctx.lake_root, event_time="occurred_at",
             delay_micros=duration_micros(ctx.watermark_for(flow.name)), app_id=flow.app_id,
             aggregate=lambda df: aggregate(df, **kwargs, **as_of(df, ctx, lookups)), step=step(ctx),
-            state_rows=state_rows,
+            state_rows=state_rows, ctx=ctx,
         )
 
     return Flow(name, source, target, transform, output="batch", writer=writer, aggregate=aggregate,
@@ -211,7 +212,7 @@ def enriched(name: str, source: TableSpec, target: TableSpec, compute: Callable[
 
     def writer(flow: Flow, ctx: FlowContext) -> UpsertWriter:
         return UpsertWriter(target=flow.target, lake_root=ctx.lake_root, app_id=flow.app_id, keys=flow.target.keys,
-                            compute=lambda df: compute(df, **as_of(df, ctx, lookups)))
+                            compute=lambda df: compute(df, **as_of(df, ctx, lookups)), ctx=ctx)
 
     return Flow(name, source, target, passthrough, output="batch", writer=writer, aggregate=compute, lookups=lookups)
 
@@ -245,7 +246,7 @@ def delay_writer(flow: Flow, ctx: FlowContext) -> RecomputeWriter:
         target=flow.target, lake_root=ctx.lake_root, app_id=flow.app_id,
         silver_paths=[ctx.input_path(s) for s in flow.sources], narrow=gold.to_delay_events,
         compute=gold.to_processing_delay, keys=("minute", "topic"),
-        bucket=lambda df: df.withColumn("minute", F.date_trunc("minute", "occurred_at")),
+        bucket=lambda df: df.withColumn("minute", F.date_trunc("minute", "occurred_at")), ctx=ctx,
     )
 
 

@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from schemas.tables import LATE_ARRIVALS, TableSpec
-from streaming.context import iso_micros
+from streaming.context import BatchScope, FlowContext, QualityGate, iso_micros
 from streaming.positions import RecordsPositions, UserMetadata
 from streaming.sinks import append_once, ensure_table
 from streaming.transforms.silver import to_late_arrivals
@@ -78,6 +78,8 @@ class Step:
     watermark: int | None         # before this batch: rows behind it were routed to late arrivals
     watermark_after: int          # after this batch: what a join or a session may now close
     user_metadata: str | None = None   # recorded with each commit: the batch's source positions (positions.py)
+    quality: QualityGate | None = None  # checks the rows each merge writes against the table's suite
+    scope: BatchScope | None = None     # the batch those rows came from, for the quality results
 
     @property
     def target_path(self) -> str:
@@ -103,6 +105,20 @@ class Step:
         (default: take the source's values). A source row whose boolean `delete_flag` column is true
         deletes its match and is never inserted.
         """
+        if self.quality is None or self.scope is None:
+            return self._merge(source, on=on, matched=matched, delete_flag=delete_flag)
+        # Persisted so that validating and merging compute the step's output once.
+        source = source.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            columns = [c for c in source.columns if c != delete_flag]
+            kept = source.where(~F.col(delete_flag)) if delete_flag else source
+            self.quality.validate(self.target, kept.select(*columns), self.scope)
+            return self._merge(source, on=on, matched=matched, delete_flag=delete_flag)
+        finally:
+            source.unpersist()
+
+    def _merge(self, source: DataFrame, *, on: str, matched: Mapping[str, str] | None,
+               delete_flag: str | None) -> int:
         path = self.target_path
         columns = [c for c in source.columns if c != delete_flag]
         ensure_table(source.select(*columns), self.target, path)
@@ -151,6 +167,13 @@ class Step:
         return self.spark.read.format("delta").load(self.target_path)
 
 
+def quality_of(ctx: FlowContext | None, flow: str, batch_id: int, batch: DataFrame) -> dict:
+    """A Step's quality gate and batch scope (the Kafka offsets of the silver rows the batch read)."""
+    if ctx is None or ctx.quality is None:
+        return {}
+    return {"quality": ctx.quality, "scope": ctx.batch_scope(flow, batch_id, batch)}
+
+
 def _merged_rows(spark: SparkSession, path: str) -> int:
     last = DeltaTable.forPath(spark, path).history(1).select("operation", "operationMetrics").first()
     if last["operation"] != "MERGE":
@@ -181,8 +204,9 @@ class EventTimeWriter(RecordsPositions):
     def __init__(
         self, *, flow: str, target: TableSpec, lake_root: str, event_time: str, delay_micros: int, app_id: str,
         aggregate: Callable[[DataFrame], DataFrame], step: StepFunction,
-        state_rows: Callable[[SparkSession, str], int] | None = None,
+        state_rows: Callable[[SparkSession, str], int] | None = None, ctx: FlowContext | None = None,
     ):
+        self.ctx = ctx
         self.flow = flow
         self.target = target
         self.lake_root = lake_root
@@ -264,7 +288,8 @@ class EventTimeWriter(RecordsPositions):
             if rows - n_late:
                 at = Step(spark=spark, batch_id=batch_id, app_id=txn, lake_root=self.lake_root,
                           target=self.target, state_root=self.state_root, watermark=watermark,
-                          watermark_after=new_max - self.delay, user_metadata=record.metadata())
+                          watermark_after=new_max - self.delay, user_metadata=record.metadata(),
+                          **quality_of(self.ctx, self.flow, batch_id, batch))
                 written = self.step(self.aggregate(batch.where(~is_late)), at)
         finally:
             batch.unpersist()
@@ -299,8 +324,8 @@ class RecomputeWriter(RecordsPositions):
 
     def __init__(self, *, target: TableSpec, lake_root: str, app_id: str, silver_paths: list[str],
                  narrow: Callable[..., DataFrame], compute: Callable[[DataFrame], DataFrame], keys: tuple[str, ...],
-                 bucket: Callable[[DataFrame], DataFrame]):
-        self.target, self.lake_root, self.app_id = target, lake_root, app_id
+                 bucket: Callable[[DataFrame], DataFrame], ctx: FlowContext | None = None):
+        self.target, self.lake_root, self.app_id, self.ctx = target, lake_root, app_id, ctx
         self.silver_paths, self.narrow, self.compute, self.keys, self.bucket = silver_paths, narrow, compute, keys, bucket
         self.stats = GoldBatchStats()
 
@@ -322,7 +347,7 @@ class RecomputeWriter(RecordsPositions):
         record = self.batch_record(spark, batch_id)
         at = Step(spark=spark, batch_id=batch_id, app_id=record.txn_app_id, lake_root=self.lake_root,
                   target=self.target, state_root="", watermark=None, watermark_after=0,
-                  user_metadata=record.metadata(final=True))
+                  user_metadata=record.metadata(final=True), **quality_of(self.ctx, self.target.name, batch_id, batch))
         written = at.merge(fresh, on=on_keys(self.keys))
         stats = self.stats
         stats.batches += 1
@@ -335,8 +360,9 @@ class UpsertWriter(RecordsPositions):
     """A `(batch_df, batch_id)` function for a stateless gold table: each batch's rows upserted on the keys, once."""
 
     def __init__(self, *, target: TableSpec, lake_root: str, app_id: str, compute: Callable[[DataFrame], DataFrame],
-                 keys: tuple[str, ...]):
+                 keys: tuple[str, ...], ctx: FlowContext | None = None):
         self.target, self.lake_root, self.app_id, self.compute, self.keys = target, lake_root, app_id, compute, keys
+        self.ctx = ctx
         self.stats = GoldBatchStats()
 
     def settle(self, spark: SparkSession) -> None:
@@ -346,7 +372,7 @@ class UpsertWriter(RecordsPositions):
         record = self.batch_record(batch.sparkSession, batch_id)
         at = Step(spark=batch.sparkSession, batch_id=batch_id, app_id=record.txn_app_id, lake_root=self.lake_root,
                   target=self.target, state_root="", watermark=None, watermark_after=0,
-                  user_metadata=record.metadata(final=True))
+                  user_metadata=record.metadata(final=True), **quality_of(self.ctx, self.target.name, batch_id, batch))
         written = at.merge(self.compute(batch), on=on_keys(self.keys))
         self.stats.batches += 1
         self.stats.rows_written += written

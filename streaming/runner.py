@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import logging
 import threading
 import time
@@ -324,6 +325,7 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
             break
         except Exception as exc:
             _raise_if_kafka_lost(flow, ctx, exc)
+            _raise_if_quality_breach(exc)
             if attempt == 1 and not query.recentProgress and _unreadable_checkpoint(exc):
                 # Spark could not read what the checkpoint holds: recover it as a corrupt one, once.
                 aside = move_aside(spark, flow.checkpoint(ctx), "corrupt")
@@ -334,6 +336,8 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
         finally:
             if watchdog:
                 watchdog.close()
+            if ctx.quality is not None:
+                ctx.quality.flush(spark)
     if watchdog and watchdog.lost:
         raise _lost(flow, ctx)
     progress = query.recentProgress
@@ -419,6 +423,20 @@ def _lost(flow: Flow, ctx: FlowContext) -> KafkaLost:
         f"{flow.source.name}; start it again (`lakehouse kafka start`) and rerun: the flow resumes from its "
         "checkpoint, so nothing is lost or read twice."
     )
+
+
+class QualityStopped(RuntimeError):
+    """A fail-severity expectation stopped the flow's query (the sentence names it and the batch's offsets)."""
+
+
+_BREACH = re.compile(r"QualityBreach: (.+)")
+
+
+def _raise_if_quality_breach(exc: Exception) -> None:
+    """A breach raised in foreachBatch reaches here inside Spark's error text: keep only its sentence."""
+    found = _BREACH.search(str(exc))
+    if found:
+        raise QualityStopped(found.group(1).strip()) from None
 
 
 def _raise_if_kafka_lost(flow: Flow, ctx: FlowContext, exc: Exception) -> None:

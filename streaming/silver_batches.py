@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 
 from schemas.events import EventSchema
 from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
-from streaming.context import iso_micros
+from streaming.context import FlowContext, iso_micros
 from streaming.positions import RecordsPositions
 from streaming.sinks import append_once
 from streaming.transforms.silver import to_late_arrivals, to_quarantine, to_silver
@@ -64,8 +64,9 @@ class SilverWriter(RecordsPositions):
 
     def __init__(
         self, *, flow: str, schema: EventSchema, silver: TableSpec, lake_root: str, dedup_delay_micros: int,
-        app_id: str,
+        app_id: str, ctx: FlowContext | None = None,
     ):
+        self.ctx = ctx
         self.flow = flow
         self.schema = schema
         self.silver = silver
@@ -94,6 +95,10 @@ class SilverWriter(RecordsPositions):
         watermark = None if max_micros is None else max_micros - self.delay
         event_time = F.col(self.schema.event_time)
         is_late = F.lit(False) if watermark is None else F.unix_micros(event_time) < watermark
+        gate = self.ctx.quality if self.ctx is not None else None
+        if gate is not None:
+            # Valid rows that break a drop-severity expectation become quarantine rows named after it.
+            parsed = gate.screen(self.silver, parsed)
 
         parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
         fresh = None
@@ -111,6 +116,11 @@ class SilverWriter(RecordsPositions):
                     fresh = self._not_in_silver(spark, fresh, watermark)
                 fresh = fresh.persist(StorageLevel.MEMORY_AND_DISK)
                 n_new, new_max = fresh.agg(F.count(F.lit(1)), F.max(F.unix_micros(event_time))).first()
+            if gate is not None:
+                # Before any write: a fail-severity breach must leave nothing of this batch behind.
+                gate.validate(self.silver, fresh if fresh is not None else valid.where(F.lit(False)),
+                              self.ctx.batch_scope(self.flow, batch_id, parsed), dropped=by_kind,
+                              screened=parsed)
             # Each write records the batch's source positions; the last one is marked final (positions.py).
             last = "silver" if n_new else "late" if n_late else "quarantine"
             if n_quarantined:

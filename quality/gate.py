@@ -1,0 +1,78 @@
+"""The quality gate the flows call where data moves: screen a parsed batch, validate what a batch writes."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Mapping
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from quality.evaluate import SAMPLES, evaluate, mark_dropped
+from quality.results import Recorder, Validation, now
+from quality.suites import Suite, build_suites
+from schemas.tables import TableSpec
+
+log = logging.getLogger(__name__)
+
+
+class QualityBreach(RuntimeError):
+    """A fail-severity expectation failed: the batch was not written and the table's query stops."""
+
+
+class Gate:
+    """Implements streaming.context.QualityGate with the suites of quality/suites.py."""
+
+    def __init__(self, results_path: str, gx_root: str | None = None, suites: Mapping[str, Suite] | None = None,
+                 run_id: str | None = None):
+        self.suites = dict(suites if suites is not None else build_suites())
+        self.recorder = Recorder(results_path, gx_root)
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+
+    def suite_for(self, table: TableSpec) -> Suite | None:
+        return self.suites.get(table.suite or table.name)
+
+    def screen(self, table: TableSpec, parsed: DataFrame) -> DataFrame:
+        """Set reason/detail on valid rows that break a drop-severity rule, so they go to quarantine."""
+        suite = self.suite_for(table)
+        rules = suite.of("drop") if suite else ()
+        return mark_dropped(parsed, rules) if rules else parsed
+
+    def validate(self, table: TableSpec, rows: DataFrame, batch, dropped: Mapping[str, int] | None = None,
+                 screened: DataFrame | None = None) -> Validation | None:
+        """Check `rows` (what the batch writes) against the table's suite; record; raise on a fail-severity breach.
+
+        `dropped` counts the rows `screen` sent to quarantine, by rule; `screened` is the screened batch,
+        from which a few of them are shown.
+        """
+        suite = self.suite_for(table)
+        if suite is None:
+            return None
+        outcomes = evaluate(rows, suite)
+        for o in outcomes:
+            o.dropped = (dropped or {}).get(o.expectation.name, 0)
+            if o.dropped and screened is not None:
+                shown = screened.where(F.col("reason") == o.expectation.name).select(*o.expectation.columns)
+                o.samples = [r[0] if len(r) == 1 else r.asDict() for r in shown.limit(SAMPLES).collect()]
+        validation = Validation(suite, table.name, batch.flow, batch.lane, batch.batch_id, batch.scope,
+                                tuple(batch.offsets), outcomes, now(), self.run_id)
+        self.recorder.add(validation)
+        broken = [o for o in outcomes if o.expectation.severity == "fail" and not o.success]
+        if broken:
+            self.recorder.flush(rows.sparkSession)
+            raise QualityBreach(
+                f"{table.name}: {'; '.join(f'{o.expectation.name} failed for {o.observed}' for o in broken)} in "
+                f"{batch.describe()}; nothing of this batch was written and the query stopped (fix the input, "
+                f"or relax the expectation's severity in quality/suites.py).")
+        for o in outcomes:
+            if not o.success and o.expectation.severity == "warn":
+                log.warning("%s: %s failed for %s in %s (severity warn: recorded, rows kept)", table.name,
+                            o.expectation.name, o.observed, batch.describe())
+        if self.recorder.due():
+            self.recorder.flush(rows.sparkSession)
+        return validation
+
+    def flush(self, spark) -> int:
+        """Write the pending results (the runner calls this when a flow's run ends)."""
+        return self.recorder.flush(spark)

@@ -1,0 +1,229 @@
+"""Expectation suites as code: one per silver and gold table, named by the table's declaration (`TableSpec.suite`).
+
+An expectation is a Great Expectations expectation (its type and arguments are the definition, and GX
+renders it in Data Docs) with a severity:
+
+- warn: the result is recorded and the rows pass;
+- drop: the failing rows go to quarantine with the expectation's name as the reason (only on tables
+  whose rows carry Kafka coordinates, i.e. silver, so that nothing is lost);
+- fail: the table's query stops, before anything of the batch is written, with one sentence naming the
+  expectation and the batch's Kafka offsets.
+
+A declared source gets a silver suite from its declaration (keys, event time, coordinates); the shop's
+tables add their own value rules below. Rules that span tables or whole tables (referential integrity,
+freshness, the accounting identity) are table checks (quality/table_checks.py), not batch expectations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Literal
+
+import great_expectations.expectations as gxe
+
+from schemas import sources as declared_sources
+from schemas.sources import CATEGORIES, CURRENCIES, MAX_ORDER_CENTS, PAGE_TYPES, PAYMENT_STATUSES, TIERS, Source
+from schemas.tables import KAFKA_COORDINATES, TableSpec
+
+Severity = Literal["warn", "drop", "fail"]
+SEVERITIES: tuple[Severity, ...] = ("warn", "drop", "fail")
+GX_SEVERITY = {"fail": "critical", "drop": "warning", "warn": "info"}
+SEVERITY_DOCS = {
+    "warn": "recorded, the rows pass",
+    "drop": "failing rows go to quarantine with this expectation's name",
+    "fail": "the table's query stops before writing the batch",
+}
+
+# The GX expectation types the per-batch evaluator computes, and which of them judge single rows (only
+# those can drop rows). Anything else is refused when a suite is built, not when a batch arrives.
+ROW_TYPES = {
+    "expect_column_values_to_not_be_null", "expect_column_values_to_be_between", "expect_column_values_to_be_in_set",
+    "expect_column_values_to_match_regex", "expect_column_pair_values_a_to_be_greater_than_b",
+}
+SET_TYPES = {"expect_column_values_to_be_unique", "expect_compound_columns_to_be_unique"}
+
+
+class BadSuite(ValueError):
+    """A suite that cannot be checked as declared (unknown table, column, type or severity)."""
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One GX expectation and what happens to a batch that breaks it."""
+
+    gx: gxe.Expectation
+    severity: Severity = "warn"
+
+    def __post_init__(self) -> None:
+        # GX's own severity field carries ours, so Data Docs show it beside each expectation.
+        if self.severity in GX_SEVERITY:
+            self.gx.severity = GX_SEVERITY[self.severity]
+        self.gx.notes = f"severity here: {self.severity} ({SEVERITY_DOCS.get(self.severity, '')})"
+
+    @property
+    def type(self) -> str:
+        return self.gx.expectation_type
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        kw = self.gx.configuration.kwargs
+        return tuple(kw.get("column_list") or [c for c in (kw.get("column"), kw.get("column_A"), kw.get("column_B")) if c])
+
+    @property
+    def name(self) -> str:
+        """`expect_column_values_to_be_between(total_cents)`: the reason a dropped row carries in quarantine."""
+        return f"{self.type}({', '.join(self.columns)})"
+
+
+def warn(e: gxe.Expectation) -> Expectation:
+    return Expectation(e, "warn")
+
+
+def drop(e: gxe.Expectation) -> Expectation:
+    return Expectation(e, "drop")
+
+
+def fail(e: gxe.Expectation) -> Expectation:
+    return Expectation(e, "fail")
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A table's expectations."""
+
+    name: str
+    table: str
+    expectations: tuple[Expectation, ...] = field(default_factory=tuple)
+    row_level: bool = True     # rows carry Kafka coordinates: drop severity is allowed
+
+    def __post_init__(self) -> None:
+        for e in self.expectations:
+            if e.severity not in SEVERITIES:
+                raise BadSuite(f"suite {self.name}: {e.name} has severity {e.severity!r}; use one of {SEVERITIES}.")
+            if e.type not in ROW_TYPES | SET_TYPES:
+                raise BadSuite(f"suite {self.name}: {e.type} is not checked per batch; use one of "
+                               f"{', '.join(sorted(ROW_TYPES | SET_TYPES))}.")
+            condition = e.gx.configuration.kwargs.get("row_condition")
+            if condition and not (isinstance(condition, str) or "pass_through_filter" in condition):
+                raise BadSuite(f"suite {self.name}: {e.name} has a row_condition that is not Spark SQL; give it as "
+                               "row_condition='...' with condition_parser='spark'.")
+            if e.severity == "drop" and (e.type not in ROW_TYPES or not self.row_level):
+                raise BadSuite(f"suite {self.name}: {e.name} cannot drop rows (only a rule about single rows of a "
+                               "table with Kafka coordinates can); make it warn or fail.")
+
+    def of(self, *severities: Severity) -> tuple[Expectation, ...]:
+        return tuple(e for e in self.expectations if e.severity in severities)
+
+
+def _not_null(*columns: str, severity: Severity = "fail") -> list[Expectation]:
+    return [Expectation(gxe.ExpectColumnValuesToNotBeNull(column=c), severity) for c in columns]
+
+
+def _unique(*columns: str, severity: Severity = "fail") -> Expectation:
+    if len(columns) == 1:
+        return Expectation(gxe.ExpectColumnValuesToBeUnique(column=columns[0]), severity)
+    return Expectation(gxe.ExpectCompoundColumnsToBeUnique(column_list=list(columns)), severity)
+
+
+def _in_set(column: str, values: Iterable[str], severity: Severity = "warn") -> Expectation:
+    return Expectation(gxe.ExpectColumnValuesToBeInSet(column=column, value_set=list(values)), severity)
+
+
+def _between(column: str, low: int | None, high: int | None = None, severity: Severity = "warn", **kw) -> Expectation:
+    return Expectation(gxe.ExpectColumnValuesToBeBetween(column=column, min_value=low, max_value=high, **kw), severity)
+
+
+def silver_suite(source: Source, extra: Iterable[Expectation] = ()) -> Suite:
+    """What every silver table promises: an event id, unique within the batch; its event time; its Kafka coordinates."""
+    table = source.silver_table
+    return Suite(table.suite or table.name, table.name, (
+        *_not_null("event_id", source.event_time, *KAFKA_COORDINATES),
+        _unique("event_id"),
+        *extra,
+    ))
+
+
+def dimension_suite(source: Source, extra: Iterable[Expectation] = ()) -> Suite:
+    """A dimension's versions: key and validity start present, one row per (key, valid_from, event_id) in a batch."""
+    table = source.dimension_table
+    assert table is not None and source.dimension is not None
+    return Suite(table.suite or table.name, table.name, (
+        *_not_null(*table.keys),
+        _unique(*table.keys),
+        *extra,
+    ), row_level=False)
+
+
+def gold_suite(table: TableSpec, *extra: Expectation, keys_not_null: bool = True) -> Suite:
+    """A gold table's rows in a batch: keys present and unique (MERGE needs that too), plus its value rules."""
+    return Suite(table.suite or table.name, table.name, (
+        *(_not_null(*table.keys) if keys_not_null else []),
+        _unique(*table.keys),
+        *extra,
+    ), row_level=False)
+
+
+# The shop's own value rules, beyond what every table of its kind promises. Ids that do not look like the
+# shop's are dropped to quarantine: a producer bug, not an event anyone should count.
+SHOP_SILVER = {
+    "page_views": [
+        Expectation(gxe.ExpectColumnValuesToMatchRegex(column="customer_id", regex=r"^c-\d+$"), "drop"),
+        _in_set("page_type", PAGE_TYPES),
+    ],
+    "orders": [
+        Expectation(gxe.ExpectColumnValuesToMatchRegex(column="order_id", regex=r"^o-"), "drop"),
+        _between("total_cents", 0, MAX_ORDER_CENTS, "drop"),
+        _between("item_count", 1, None),
+        _in_set("currency", CURRENCIES),
+    ],
+    "payments": [
+        Expectation(gxe.ExpectColumnValuesToMatchRegex(column="order_id", regex=r"^o-"), "drop"),
+        _between("amount_cents", 0, MAX_ORDER_CENTS, "drop"),
+        _in_set("status", PAYMENT_STATUSES),
+        _in_set("currency", CURRENCIES),
+    ],
+    "products": [_in_set("category", CATEGORIES), _between("list_price_cents", 0, MAX_ORDER_CENTS)],
+    "customers": [_in_set("tier", TIERS)],
+}
+
+
+def _gold_suites() -> list[Suite]:
+    from schemas import tables as t
+
+    non_negative = lambda *cols: [_between(c, 0, None) for c in cols]  # noqa: E731
+    return [
+        gold_suite(t.GOLD_REVENUE_PER_MINUTE, *non_negative("revenue_cents", "orders", "items"), _in_set("currency", CURRENCIES)),
+        gold_suite(t.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE, *non_negative("views")),
+        gold_suite(t.GOLD_REVENUE_HOPPING, *non_negative("revenue_cents", "orders"), _in_set("currency", CURRENCIES)),
+        gold_suite(t.GOLD_ORDER_VELOCITY, *non_negative("orders_before"), *_not_null("customer_id", "ordered_at")),
+        gold_suite(t.GOLD_SESSIONS, *non_negative("page_views", "orders"),
+                   Expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+                       column_A="session_end", column_B="session_start", or_equal=True), "fail")),
+        # Unpaid orders have no payment and orphan payments no order: its keys may be null, not both.
+        gold_suite(t.GOLD_ORDER_PAYMENTS, *_not_null("order_id", "outcome"),
+                   _in_set("outcome", ("matched", "unpaid", "payment_without_order"), "fail"), keys_not_null=False),
+        gold_suite(t.GOLD_PROCESSING_DELAY, *non_negative("events")),
+        # An order line whose product has no version yet has no category: recorded, not a reason to stop.
+        gold_suite(t.GOLD_CATEGORY_REVENUE_PER_MINUTE, *_not_null("window_start", "currency"),
+                   *_not_null("category", severity="warn"), *non_negative("revenue_cents", "units", "orders"),
+                   keys_not_null=False),
+        # Every enriched row found its dimension version: a miss is a late or missing product or customer change.
+        gold_suite(t.GOLD_ORDER_LINES_ENRICHED, *non_negative("quantity", "line_cents"),
+                   *_not_null("category", "customer_tier", severity="warn")),
+        gold_suite(t.GOLD_PAGE_VIEWS_ENRICHED, *_not_null("customer_tier", severity="warn"),
+                   Expectation(gxe.ExpectColumnValuesToNotBeNull(
+                       column="category", row_condition='product_id IS NOT NULL', condition_parser="spark"), "warn")),
+    ]
+
+
+def build_suites(declared: Iterable[Source] = ()) -> dict[str, Suite]:
+    """Every suite by name (a table's `suite`, else its own name): each declared source's silver and dimension
+    suites, then gold's."""
+    declared = tuple(declared) or declared_sources.SOURCES
+    suites: list[Suite] = []
+    for source in declared:
+        suites.append(silver_suite(source, SHOP_SILVER.get(source.entity, ()) if source in declared_sources.SOURCES else ()))
+        if source.dimension is not None:
+            suites.append(dimension_suite(source))
+    suites += _gold_suites()
+    return {s.name: s for s in suites}
