@@ -12,6 +12,8 @@ from batch.catalog import read_table
 from infra.retention import duration_ms
 from orchestration.partitions import daily, is_partitioned, key_range
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
+from quality.gate import QualityBreach
+from quality.suites import build_suites
 from schemas import sources
 from schemas.sources import Source
 from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
@@ -19,9 +21,10 @@ from schemas.topics import TopicSpec
 from streaming import flows as flow_registry
 from streaming.flows import Flow
 from streaming.kafka_topics import TopicStatus, ensure_topics
-from streaming.runner import FlowRun, run_flow
+from streaming.runner import FlowRun, QualityStopped, run_flow, table_version
 
 TOPIC_CHECK = "matches_spec"
+QUALITY_CHECK = "expectations"
 
 # A range backfill must be one run (one bounded read per table, not one per day); Dagster still
 # calls the parameter that says so beta and would warn once per asset on every load.
@@ -167,10 +170,51 @@ def _description(main: Flow) -> str:
             + (f" Answers: {main.target.question}" if main.target.question else ""))
 
 
-def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefinition | None = None) -> dg.AssetsDefinition:
+def validations_since(ctx, mark: int, table: str) -> list:
+    """The validations of `table` the context's gate made after its `mark`-th one."""
+    return [v for v in (ctx.quality.history[mark:] if ctx.quality else []) if v.table == table]
+
+
+def quality_check_result(main: Flow, validations: list, stopped: str | None = None) -> dg.AssetCheckResult:
+    """The suite's verdict over the batches this materialization validated: failed if a fail rule stopped it."""
+    rows: dict[str, list] = {}
+    for v in validations:
+        for o in v.outcomes:
+            row = rows.setdefault(o.expectation.name, [o.expectation.severity, 0, 0, 0])
+            row[1] += 0 if o.success and not o.dropped else 1
+            row[2] += o.unexpected_count
+            row[3] += o.dropped
+    table = "\n".join(["| expectation | severity | batches failed | unexpected rows | dropped to quarantine |",
+                       "|---|---|---|---|---|"] + [f"| {name} | {sev} | {f} | {u} | {d} |"
+                                                  for name, (sev, f, u, d) in rows.items()])
+    warned = sorted(name for name, (sev, failed, _, _) in rows.items() if failed and sev == "warn")
+    metadata = {
+        "batches_validated": len(validations),
+        "rows_dropped_to_quarantine": sum(r[3] for r in rows.values()),
+        "warnings": ", ".join(warned) or "none",
+        "results": dg.MetadataValue.md(table if rows else "no batch to validate in this run"),
+        "trends": dg.MetadataValue.md(f"`lakehouse sql \"SELECT * FROM quality_results WHERE table = "
+                                      f"'{main.target.name}' ORDER BY validated_at DESC\"`"),
+    }
+    if stopped:
+        metadata["stopped"] = stopped
+    return dg.AssetCheckResult(
+        check_name=QUALITY_CHECK, passed=stopped is None, metadata=metadata,
+        severity=dg.AssetCheckSeverity.ERROR if stopped else dg.AssetCheckSeverity.WARN,
+        description=stopped or (f"warnings: {', '.join(warned)}" if warned else None),
+    )
+
+
+def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefinition | None = None,
+                checked: bool = False) -> dg.AssetsDefinition:
     """A table's asset: partitioned by event date (silver, gold) it is backfilled; otherwise it catches up."""
     writes = ", ".join(t.name for t in (main.target, *main.also_writes))
     partitioned = partitions is not None and is_partitioned(main.target)
+    checks = [dg.AssetCheckSpec(
+        QUALITY_CHECK, asset=main.asset_name, blocking=True,
+        description=f"Each batch written to {main.target.name} meets the table's expectation suite "
+                    "(quality/suites.py): fail rules stop the query and block downstream assets, drop rules send rows "
+                    "to quarantine, warn rules are recorded.")] if checked else []
 
     @dg.asset(
         name=main.asset_name,
@@ -181,6 +225,7 @@ def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefin
         metadata={"keys": ", ".join(main.target.keys), "flows": main.name, "writes": writes},
         partitions_def=partitions if partitioned else None,
         backfill_policy=dg.BackfillPolicy.single_run() if partitioned else None,
+        check_specs=checks,
     )
     def _table(
         context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource, lake: LakeResource
@@ -188,17 +233,30 @@ def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefin
         """Partitioned: recompute the run's days with the batch lane. Otherwise: catch up with the source."""
         session = spark.session()
         ctx = lake.flow_context(kafka)
-        if partitioned:
-            days = key_range(context)
-            context.log.info(f"backfill {main.target.name} for {days[0]}..{days[1]} with flow {main.name}")
-            change = backfill_flow(session, main, ctx, days, run_id=context.run_id)
-            return dg.MaterializeResult(metadata=backfill_metadata(change))
-        context.log.info(f"running flow {main.name} -> {main.target.name}")
-        run = run_flow(session, main, ctx)
-        metadata = caught_up_metadata(context.log, session, main, run, ctx, docs)
-        for observation in side_observations(session, main, ctx):
-            context.log_event(observation)
-        return dg.MaterializeResult(metadata=metadata)
+        try:
+            if partitioned:
+                days = key_range(context)
+                context.log.info(f"backfill {main.target.name} for {days[0]}..{days[1]} with flow {main.name}")
+                change = backfill_flow(session, main, ctx, days, run_id=context.run_id)
+                metadata = backfill_metadata(change)
+            else:
+                context.log.info(f"running flow {main.name} -> {main.target.name}")
+                run = run_flow(session, main, ctx)
+                metadata = caught_up_metadata(context.log, session, main, run, ctx, docs)
+                for observation in side_observations(session, main, ctx):
+                    context.log_event(observation)
+        except (QualityStopped, QualityBreach) as stopped:
+            # The batches before the breach are in the table; the failed blocking check keeps downstream away.
+            context.log.error(str(stopped))
+            return dg.MaterializeResult(
+                metadata={"stopped_by_quality": str(stopped),
+                          "delta_version": -1 if (v := table_version(session, main.target.path(ctx.lake_root))) is None
+                          else v},
+                check_results=[quality_check_result(main, validations_since(ctx, 0, main.target.name), str(stopped))]
+                if checks else None)
+        return dg.MaterializeResult(
+            metadata=metadata,
+            check_results=[quality_check_result(main, validations_since(ctx, 0, main.target.name))] if checks else None)
 
     return _table
 
@@ -259,6 +317,9 @@ def build_assets(declared: tuple[Source, ...] = sources.SOURCES, partitions: dg.
         for side in flow.also_writes:
             sides[side.name] = side
             writers.setdefault(side.name, []).append(flow.asset_name)
+    suites = build_suites(declared)
+    checked = {s.table for s in suites.values()}
     return [topic_asset(s.topic_spec) for s in declared] + [
-        table_asset(flow, docs.get(flow.asset_name, {}), partitions) for flow in flows
+        table_asset(flow, docs.get(flow.asset_name, {}), partitions, checked=flow.target.name in checked)
+        for flow in flows
     ] + [side_table_spec(sides[name], names) for name, names in writers.items()]

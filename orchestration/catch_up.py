@@ -13,14 +13,18 @@ which days a backfill recomputed.
 import dagster as dg
 
 from infra.retention import duration_ms
-from orchestration.assets import TOPIC_CHECK, _topic_metadata, caught_up_metadata, side_observations, topic_key
+from orchestration.assets import (
+    TOPIC_CHECK, _topic_metadata, caught_up_metadata, quality_check_result, side_observations, topic_key,
+    validations_since,
+)
 from orchestration.partitions import daily, is_partitioned, touched_days
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
 from schemas import sources
 from schemas.topics import TopicSpec
 from streaming import flows as flow_registry
 from streaming.kafka_topics import ensure_topics
-from streaming.runner import run_flow, table_version
+from quality.gate import QualityBreach
+from streaming.runner import QualityStopped, run_flow, table_version
 
 CATCH_UP_JOB = "catch_up"
 
@@ -82,11 +86,25 @@ def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: Spark
     docs = {s.silver_table.name: s.column_docs() for s in declared}
     docs.update({s.dimension_table.name: s.dimension_column_docs() for s in declared if s.dimension is not None})
     partitions = daily()
+    blocked: dict[str, str] = {}    # table -> the breach that stopped it (or an upstream table)
     for flow in chosen:
+        if upstream := [s.name for s in (*flow.sources, *flow.lookups) if s.name in blocked]:
+            blocked[flow.target.name] = blocked[upstream[0]]
+            context.log.warning(f"skipping flow {flow.name}: its input {upstream[0]} failed a blocking quality check")
+            continue
         path = flow.target.path(ctx.lake_root)
         before = table_version(session, path)
+        mark = len(ctx.quality.history) if ctx.quality else 0
         context.log.info(f"running flow {flow.name} -> {flow.target.name}")
-        run = run_flow(session, flow, ctx)
+        try:
+            run = run_flow(session, flow, ctx)
+        except (QualityStopped, QualityBreach) as stopped:
+            # Blocking: the table's failed check keeps every flow downstream of it from running on bad data.
+            blocked[flow.target.name] = str(stopped)
+            context.log.error(str(stopped))
+            _log_check(context, flow, validations_since(ctx, mark, flow.target.name), str(stopped))
+            continue
+        _log_check(context, flow, validations_since(ctx, mark, flow.target.name))
         metadata = caught_up_metadata(context.log, session, flow, run, ctx, docs.get(flow.asset_name, {}))
         if is_partitioned(flow.target):
             days = [d for d in touched_days(session, flow.target, path, before) if partitions.has_partition_key(d)]
@@ -99,7 +117,19 @@ def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: Spark
             context.log_event(dg.AssetMaterialization(asset_key=flow.asset_name, metadata=metadata))
         for observation in side_observations(session, flow, ctx):
             context.log_event(observation)
+    if blocked:
+        first = next(iter(blocked.values()))
+        raise dg.Failure(description=first, metadata={"blocked_tables": ", ".join(blocked)})
 
+
+def _log_check(context: dg.OpExecutionContext, flow, validations: list, stopped: str | None = None) -> None:
+    """The table's `expectations` check over the batches this run validated (none: the table has no suite)."""
+    if not validations and stopped is None:
+        return
+    result = quality_check_result(flow, validations, stopped)
+    context.log_event(dg.AssetCheckEvaluation(
+        asset_key=dg.AssetKey(flow.asset_name), check_name=result.check_name, passed=result.passed,
+        severity=result.severity, metadata=result.metadata, description=result.description))
 
 
 catch_up_job = build_catch_up_job()

@@ -392,8 +392,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_doctor)
 
     from orchestration.batch_cli import add_batch_commands
+    from orchestration.quality_cli import add_quality_commands
 
     add_batch_commands(sub)
+    add_quality_commands(sub)
     return parser
 
 

@@ -16,6 +16,8 @@ from infra.kafka_broker import local_node
 from infra.settings import Settings
 from infra.spark import get_spark, stop_spark
 from orchestration import runs
+from orchestration.quality_cli import HEADER as QUALITY_HEADER
+from orchestration.quality_cli import quality_report
 from orchestration.sql import format_table, run_sql
 from schemas import sources, tables
 from streaming.generator import Mix, ShopGenerator
@@ -96,6 +98,7 @@ class DemoReport:
     gold_rows: list[tuple] = field(default_factory=list)
     gold_results: dict[str, list[tuple]] = field(default_factory=dict)
     late_by_flow: dict[str, int] = field(default_factory=dict)
+    quality_report: str | None = None       # path of the Data Docs' index.html
     wall_s: float = 0.0
 
 
@@ -243,6 +246,10 @@ def run_demo(
             f"+ late arrivals {total['late']} + duplicates {total['duplicates']}")
         say(f"    this run injected {produced.by_kind['duplicate']} duplicates and {produced.by_kind['malformed']} malformed records")
         say("    quarantine by reason: " + ", ".join(f"{s.split('.')[1]}/{r}={n}" for s, r, n in quarantine_reasons(settings)))
+
+        step("Data quality: each silver and gold batch checked against its table's suite (lakehouse quality report)")
+        quality_rows, report.quality_report = quality_report(settings, spark)
+        say("\n".join("    " + line for line in format_table(QUALITY_HEADER, quality_rows).splitlines()))
     finally:
         stop_spark()
         if started_broker and not keep_running:
@@ -256,6 +263,8 @@ def run_demo(
     say(f"    logs                {settings.log_dir}/ (spark.log, lakehouse.log), {node.logs_dir}/server.log")
     say(f"    Dagster (runs kept) {settings.dagster_home}   open the UI: lakehouse ui  ->  http://127.0.0.1:3000"
         f" (job catch_up, tag {runs.COMMAND_TAG}={DEMO_COMMAND})")
+    say(f"    quality report      {report.quality_report or 'none (LAKEHOUSE_QUALITY is off)'}   "
+        "(Great Expectations Data Docs; summary: lakehouse quality report)")
     if started_broker and keep_running:
         say(f"    Kafka still running on {node.bootstrap} (pid {node.read_pid()}); stop it: lakehouse kafka stop")
     return report

@@ -29,6 +29,7 @@ class Gate:
         self.suites = dict(suites if suites is not None else build_suites())
         self.recorder = Recorder(results_path, gx_root)
         self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.history: list[Validation] = []     # every validation this gate made, for the asset check
 
     def suite_for(self, table: TableSpec) -> Suite | None:
         return self.suites.get(table.suite or table.name)
@@ -58,6 +59,7 @@ class Gate:
         validation = Validation(suite, table.name, batch.flow, batch.lane, batch.batch_id, batch.scope,
                                 tuple(batch.offsets), outcomes, now(), self.run_id)
         self.recorder.add(validation)
+        self.history.append(validation)
         broken = [o for o in outcomes if o.expectation.severity == "fail" and not o.success]
         if broken:
             self.recorder.flush(rows.sparkSession)
