@@ -11,6 +11,7 @@ from orchestration.assets import build_assets
 from orchestration.catch_up import catch_up_job
 from orchestration.checks import build_checks
 from orchestration.maintenance import build_maintenance
+from orchestration.quality_checks import build_table_checks
 from orchestration.partitions import daily, is_partitioned
 from orchestration.resources import build_resources
 from streaming.flows import FLOWS
@@ -52,12 +53,13 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         )
 
     maintenance = build_maintenance(settings)  # compaction and VACUUM, retention checks, their nightly schedule
+    quality = build_table_checks()             # accounting identity, references, freshness, their hourly job
     return dg.Definitions(
         assets=[*assets, *maintenance["assets"]],
-        asset_checks=[*build_checks(), *maintenance["asset_checks"]],
+        asset_checks=[*build_checks(), *maintenance["asset_checks"], *quality["asset_checks"]],
         resources=build_resources(settings),
-        jobs=[catch_up_job, backfill_job, *maintenance["jobs"]],
-        schedules=[nightly_reconciliation, *maintenance["schedules"]],
+        jobs=[catch_up_job, backfill_job, *maintenance["jobs"], *quality["jobs"]],
+        schedules=[nightly_reconciliation, *maintenance["schedules"], *quality["schedules"]],
         # One Spark session per run: steps share it instead of each starting a JVM.
         executor=dg.in_process_executor,
     )

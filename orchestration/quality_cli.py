@@ -29,14 +29,23 @@ def cmd_quality(settings: Settings, args: argparse.Namespace) -> int:
     from infra.spark import get_spark
     from orchestration.sql import format_table
 
-    rows, index = quality_report(settings, get_spark(settings, "lakehouse-quality"))
+    from orchestration.quality_checks import table_checks
+
+    spark = get_spark(settings, "lakehouse-quality")
+    rows, index = quality_report(settings, spark)
     if not rows:
         print("No validation results yet: materialize some tables first (lakehouse run, or lakehouse demo).")
         return 0
+    print("Per batch (each silver and gold batch against its table's suite):")
     print(format_table(HEADER, rows))
+    checks = table_checks(spark, settings.lake_root)
+    print("\nWhole tables (job quality_checks in the UI):")
+    print(format_table(("table", "rule", "verdict", "what"), [
+        (c.table, c.name, "ok" if c.passed else ("FAILED" if c.severity == "fail" else "warning"), c.description)
+        for c in checks]))
     print(f"\nHTML report (Great Expectations Data Docs): {index or 'not written (LAKEHOUSE_QUALITY_DIR is empty)'}")
     print(f"Trends over time: {TREND}")
-    failed = sum(r[4] for r in rows)
+    failed = sum(r[4] for r in rows) + sum(1 for c in checks if not c.passed and c.severity == "fail")
     return 1 if failed else 0
 
 

@@ -169,3 +169,39 @@ def test_gold_batches_are_validated_with_their_kafka_offsets(spark, kafka, tmp_p
     assert {r.offsets for r in found.values()} == {ranges(coords)}
     # One row per (window, currency) of the batch: six orders 10 s apart from 09:00:00 fill one minute.
     assert {r.element_count for r in found.values()} == {1}
+
+
+def test_whole_table_rules_find_a_lost_record_an_orphan_payment_and_stale_data(spark, kafka, tmp_path):
+    """Accounting holds after a run and breaks when a silver row vanishes; an orphan payment warns; freshness by age."""
+    from delta.tables import DeltaTable
+
+    from quality.table_checks import freshness, gold_accounting, payment_references, silver_accounting
+    from schemas import sources
+
+    ctx = gated(tmp_path, kafka.kafka_bootstrap)
+    orders = [order(f"a-{i}", START + timedelta(seconds=i)) for i in range(6)]
+    send(kafka.kafka_bootstrap, topics.ORDERS.name, [encode(p) for p in orders + orders[:2]] + [b"{not json"])
+    payment = {"event_id": "pay-1", "occurred_at": "2026-11-22T09:01:00Z", "sent_at": "2026-11-22T09:01:00Z",
+               "payment_id": "pay-1", "order_id": "o-nowhere", "customer_id": "c-00001", "amount_cents": 300,
+               "currency": "EUR", "status": "succeeded"}
+    send(kafka.kafka_bootstrap, sources.PAYMENTS.topic, [encode(payment)])
+    run(spark, ctx, "bronze_orders", "silver_orders", "bronze_payments", "silver_payments", "gold_revenue_per_minute")
+    lake = ctx.lake_root
+
+    before = silver_accounting(spark, sources.ORDERS, lake)
+    assert before.passed, before.description
+    assert {k: before.figures[k] for k in ("bronze", "silver", "quarantine", "duplicates", "unaccounted")} == \
+        {"bronze": 9, "silver": 6, "quarantine": 1, "duplicates": 2, "unaccounted": 0}
+    assert gold_accounting(spark, "gold_revenue_per_minute", lake).passed
+
+    refs = payment_references(spark, lake)
+    assert (refs.passed, refs.figures["without_order"], refs.severity) == (False, 1, "warn")
+
+    DeltaTable.forPath(spark, tables.SILVER_ORDERS.path(lake)).delete("event_id = 'a-3'")
+    after = silver_accounting(spark, sources.ORDERS, lake)
+    assert (after.passed, after.figures["unaccounted"]) == (False, 1)
+    gold = gold_accounting(spark, "gold_revenue_per_minute", lake)
+    assert (gold.passed, gold.figures["silver"], gold.figures["counted"]) == (False, 5, 6)
+
+    assert freshness(spark, tables.SILVER_ORDERS, lake, 3600, now=START + timedelta(minutes=30)).passed
+    assert not freshness(spark, tables.SILVER_ORDERS, lake, 3600, now=START + timedelta(hours=3)).passed

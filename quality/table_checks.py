@@ -1,0 +1,143 @@
+"""Rules about whole tables, which no single batch can check: the accounting identity, references, freshness.
+
+- accounting (silver): every bronze record is in exactly one place: silver, quarantine, late arrivals,
+  or a duplicate of an event silver holds. A record in none of them is lost; the check names how many.
+- accounting (gold): every silver event is counted in the gold table or listed among its flow's
+  unreconciled late arrivals (silver = counted + late arrivals).
+- references: every payment refers to an order silver holds (a warning: a payment may come first).
+- freshness: the newest event in the table is at most a given age.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from schemas import tables
+from schemas.sources import Source
+from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
+
+COORDS = ["topic", "partition", "offset"]
+
+
+@dataclass
+class TableCheck:
+    """One whole-table rule's verdict with the figures behind it."""
+
+    name: str
+    table: str
+    passed: bool
+    severity: str                     # "fail" (an error) or "warn"
+    description: str
+    figures: dict[str, object] = field(default_factory=dict)
+
+
+def _read(spark: SparkSession, spec: TableSpec, lake_root: str) -> DataFrame | None:
+    path = spec.path(lake_root)
+    return spark.read.format("delta").load(path) if DeltaTable.isDeltaTable(spark, path) else None
+
+
+def silver_accounting(spark: SparkSession, source: Source, lake_root: str) -> TableCheck | None:
+    """bronze = silver + quarantine + late arrivals + duplicates, record by record (by Kafka coordinates)."""
+    bronze = _read(spark, source.bronze_table, lake_root)
+    if bronze is None:
+        return None
+    silver_table = source.silver_table
+    silver = _read(spark, silver_table, lake_root)
+    quarantine, late = _read(spark, QUARANTINE, lake_root), _read(spark, LATE_ARRIVALS, lake_root)
+    empty = bronze.sparkSession.createDataFrame([], "topic string, partition int, offset long")
+    placed = {
+        "silver": silver.select(*COORDS) if silver is not None else empty,
+        "quarantine": quarantine.where(F.col("schema") == source.topic).select(*COORDS) if quarantine is not None else empty,
+        "late_arrivals": late.where(F.col("table") == silver_table.name).select(*COORDS) if late is not None else empty,
+    }
+    rows = bronze.select(*COORDS, F.get_json_object(F.col("value").cast("string"), "$.event_id").alias("event_id"))
+    figures: dict[str, object] = {"bronze": rows.count()}
+    rest = rows
+    for name, coords in placed.items():
+        figures[name] = coords.count()
+        rest = rest.join(coords, COORDS, "left_anti")
+    ids = silver.select("event_id").distinct() if silver is not None else empty.select(F.lit("").alias("event_id"))
+    duplicates = rest.join(ids, "event_id", "left_semi").count()
+    unaccounted = rest.count() - duplicates
+    figures.update(duplicates=duplicates, unaccounted=unaccounted)
+    return TableCheck(
+        "accounting", silver_table.name, unaccounted == 0, "fail",
+        f"bronze {figures['bronze']} = silver {figures['silver']} + quarantine {figures['quarantine']} + late arrivals "
+        f"{figures['late_arrivals']} + duplicates {duplicates}" + (f"; {unaccounted} records are in none of them"
+                                                                     if unaccounted else ""),
+        figures)
+
+
+# Gold tables whose events can be counted: the silver table, what one silver event adds to the gold count,
+# and how to count the gold table (an SQL aggregate).
+GOLD_COUNTS = {
+    "gold_revenue_per_minute": ("silver_orders", "1", "sum(orders)"),
+    "gold_order_velocity": ("silver_orders", "1", "count(*)"),
+    "gold_order_lines_enriched": ("silver_orders", "size(lines)", "count(*)"),
+    "gold_page_views_enriched": ("silver_page_views", "1", "count(*)"),
+}
+
+
+def gold_accounting(spark: SparkSession, table: str, lake_root: str) -> TableCheck | None:
+    """silver = counted in gold + the flow's unreconciled late arrivals."""
+    if table not in GOLD_COUNTS:
+        return None
+    silver_name, per_event, counted = GOLD_COUNTS[table]
+    gold, silver = _read(spark, tables.BY_NAME[table], lake_root), _read(spark, tables.BY_NAME[silver_name], lake_root)
+    if gold is None or silver is None:
+        return None
+    late = _read(spark, LATE_ARRIVALS, lake_root)
+    unreconciled = 0
+    if late is not None:
+        mine = late.where(F.col("flow") == table)
+        if "reconciled_at" in late.columns:
+            mine = mine.where(F.col("reconciled_at").isNull())
+        late_events = mine.select("event_id").distinct()
+        unreconciled = silver.join(late_events, "event_id", "left_semi").agg(F.expr(f"sum({per_event})")).first()[0] or 0
+    events = silver.agg(F.expr(f"sum({per_event})")).first()[0] or 0
+    in_gold = gold.agg(F.expr(counted)).first()[0] or 0
+    missing = events - in_gold - unreconciled
+    return TableCheck(
+        "accounting", table, missing == 0, "fail",
+        f"{silver_name} {events} = counted in {table} {in_gold} + unreconciled late arrivals {unreconciled}"
+        + (f"; {missing} not accounted for" if missing else ""),
+        {"silver": events, "counted": in_gold, "late_unreconciled": unreconciled, "unaccounted": missing})
+
+
+def payment_references(spark: SparkSession, lake_root: str) -> TableCheck | None:
+    """Every payment refers to an order silver holds (warn: a payment for an order not seen is kept, and listed)."""
+    payments, orders = _read(spark, tables.BY_NAME["silver_payments"], lake_root), _read(spark, tables.SILVER_ORDERS, lake_root)
+    if payments is None:
+        return None
+    total = payments.count()
+    orphans = payments if orders is None else payments.join(orders.select("order_id"), "order_id", "left_anti")
+    n = orphans.count()
+    samples = [r[0] for r in orphans.select("payment_id").limit(5).collect()]
+    return TableCheck("references", "silver_payments", n == 0, "warn",
+                      f"{n} of {total} payments refer to an order silver_orders does not hold"
+                      + (f", e.g. {', '.join(samples)}" if samples else ""),
+                      {"payments": total, "without_order": n})
+
+
+def freshness(spark: SparkSession, spec: TableSpec, lake_root: str, max_age_s: float,
+              now: datetime | None = None) -> TableCheck | None:
+    """The newest event time in the table is at most `max_age_s` old."""
+    df = _read(spark, spec, lake_root)
+    column = spec.time_range[1] if spec.time_range else ("occurred_at" if df is not None and "occurred_at" in df.columns
+                                                          else None)
+    if df is None or column is None:
+        return None
+    newest = df.agg(F.max(column)).first()[0]
+    now = now or datetime.now(timezone.utc)
+    if newest is None:
+        return TableCheck("freshness", spec.name, False, "warn", f"{spec.name} holds no events", {"age_s": -1})
+    newest = newest if newest.tzinfo else newest.replace(tzinfo=timezone.utc)
+    age = (now - newest).total_seconds()
+    return TableCheck("freshness", spec.name, age <= max_age_s, "warn",
+                      f"newest {column} is {newest.isoformat()}, {age / 3600:.1f} h old (limit {max_age_s / 3600:.1f} h)",
+                      {"newest": newest.isoformat(), "age_s": round(age, 1), "limit_s": max_age_s})
