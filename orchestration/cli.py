@@ -43,7 +43,7 @@ def _setup_logging(settings: Settings, verbose: bool, quiet: bool = False) -> No
     console.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     console.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
     root.handlers[:] = [file_handler, console]
-    for noisy in ("py4j", "urllib3", "alembic"):
+    for noisy in ("py4j", "urllib3", "alembic", "great_expectations"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
