@@ -26,11 +26,11 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from batch.compare import days_predicate, diff_tables, in_days
+from batch.compare import day_of, days_predicate, diff_tables, in_days
 from batch.lineage import batch_flows
 from batch.recompute import Shadow, recompute
 from schemas.tables import LATE_ARRIVALS
-from streaming.context import FlowContext
+from streaming.context import BatchScope, FlowContext, offsets_covered
 from streaming.flows import FLOWS, Flow
 from streaming.runner import run_flow, table_version
 
@@ -70,6 +70,8 @@ def backfill_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tuple
             change.version = table_version(spark, path)
             return change
         fresh = in_days(fresh, flow.target, days)
+        if ctx.quality is not None:
+            validate_partitions(ctx, flow, fresh)
         live = in_days(spark.read.format("delta").load(path), flow.target, days) \
             if DeltaTable.isDeltaTable(spark, path) else None
         diff, _ = diff_tables(live, fresh, flow.target, limit=0)
@@ -82,11 +84,24 @@ def backfill_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tuple
         change.version = table_version(spark, path)
     finally:
         shadow.drop()
+        if ctx.quality is not None:
+            ctx.quality.flush(spark)
     change.duration_s = round(time.monotonic() - started, 2)
     log.info("backfill %s %s: +%d ~%d -%d rows, %d late arrivals absorbed, version %s (%.1fs)", change.table,
              change.days, change.added, change.changed, change.removed, change.late_absorbed, change.version,
              change.duration_s)
     return change
+
+
+def validate_partitions(ctx: FlowContext, flow: Flow, fresh) -> None:
+    """Each daily partition the backfill is about to write, checked against the table's suite on its own."""
+    day = day_of(flow.target)
+    if day is None:     # a dimension: one table, one check
+        ctx.quality.validate(flow.target, fresh, BatchScope(flow.name, 0, "backfill", "whole table"))
+        return
+    for (d,) in fresh.select(day).distinct().orderBy(1).collect():
+        rows = fresh.where(day == F.lit(d))
+        ctx.quality.validate(flow.target, rows, BatchScope(flow.name, 0, "backfill", d.isoformat(), offsets_covered(rows)))
 
 
 def _replace(fresh, flow: Flow, path: str, days: tuple[date, date], run_id: str) -> None:

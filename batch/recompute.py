@@ -126,7 +126,11 @@ def recompute(spark: SparkSession, flow: Flow, shadow: Shadow, inputs: Inputs = 
     target = shadow.path(flow.target)
     if flow.output == "batch":
         # The streaming lane's own micro-batch function, called once with the whole bounded input.
-        flow.batch_writer(ctx)(out, 0)
+        try:
+            flow.batch_writer(ctx)(out, 0)
+        finally:
+            if ctx.quality is not None:     # the stream's runner flushes after a run; here, after the one batch
+                ctx.quality.flush(spark)
     else:
         writer = out.write.format("delta").mode("overwrite")
         if flow.target.partition_by:

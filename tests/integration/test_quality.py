@@ -205,3 +205,30 @@ def test_whole_table_rules_find_a_lost_record_an_orphan_payment_and_stale_data(s
 
     assert freshness(spark, tables.SILVER_ORDERS, lake, 3600, now=START + timedelta(minutes=30)).passed
     assert not freshness(spark, tables.SILVER_ORDERS, lake, 3600, now=START + timedelta(hours=3)).passed
+
+
+def test_a_backfill_checks_each_daily_partition_it_writes(spark, kafka, tmp_path):
+    """The batch lane's results: one validation per event date the backfill writes, named by the date."""
+
+    from batch.backfill import backfill_flow
+    from streaming.flows import BY_NAME
+
+    ctx = gated(tmp_path, kafka.kafka_bootstrap)
+    days = [START, START + timedelta(days=1)]
+    sent = [order(f"d{n}-{i}", day + timedelta(seconds=i)) for n, day in enumerate(days) for i in range(3)]
+    coords = send(kafka.kafka_bootstrap, topics.ORDERS.name, [encode(p) for p in sent])
+    run(spark, ctx, "bronze_orders")
+    backfill_flow(spark, BY_NAME["silver_orders"], ctx, (START.date(), (START + timedelta(days=1)).date()))
+
+    found = spark.read.format("delta").load(tables.QUALITY_RESULTS.path(ctx.lake_root)) \
+        .where("lane = 'backfill' AND scope != 'whole table' AND scope IS NOT NULL").collect()
+    by_day = defaultdict(set)
+    for r in found:
+        by_day[r.scope].add((r.expectation, r.element_count, r.offsets))
+    assert set(by_day) == {d.date().isoformat() for d in days}
+    per_day = {d.date().isoformat(): [c for p, c in zip(sent, coords) if p["occurred_at"][:10] == d.date().isoformat()]
+               for d in days}
+    for day, rules in by_day.items():
+        assert {name for name, _, _ in rules} == {e.name for e in build_suites()["silver_orders"].expectations}
+        assert {(n, o) for _, n, o in rules} == {(3, ranges(per_day[day]))}, day
+    assert all(r.success for r in found)
