@@ -1,0 +1,429 @@
+"""The benches' shared harness: a private broker, preloaded events, alternating rounds, peak memory, records.
+
+- `bench_home(name)`: a temporary state folder and the Settings of a bench (ports 19400/19401 ONLY, jars
+  from the project's folder); removed at the end. SIGTERM is turned into an exception while it is open,
+  so that the `finally` blocks below stop what they started.
+- `private_broker(settings)`: a Kafka broker (KRaft, from the Maven jars) with its state in that folder,
+  the topics created from their specs (streaming.kafka_topics.ensure_topics), stopped by its PID in a
+  `finally`. Events are preloaded with `send` (streaming.producer.produce, acks=all, idempotent); the
+  producing rate is logged, never a figure.
+- `order_events` / `shop_events`: the generator the other benches use (streaming.generator.ShopGenerator,
+  `lakehouse produce`'s default fault mix), orders only or the shop's mixed topics.
+- `alternate(sides, rounds)`: one warm-up run of each side, then `rounds` rounds of one run per side;
+  the side that goes first rotates each round (two sides: they swap). Each run is timed (wall clock, or
+  the "seconds" a side returns when it times the measured part itself) and its peak memory is read.
+- `median_ratio(a, b)`: the median over rounds of a[i] / b[i] (each round's sides ran back to back, so the
+  round's ratio cancels most of the machine's drift; the median drops an outlier round).
+- `PeakMemory`: the peak resident set size of a process during one run. It resets the kernel's high-water
+  mark VmHWM by writing 5 to /proc/<pid>/clear_refs before the run and reads VmHWM after it; where that
+  write is refused it samples VmRSS every 0.5 s in a thread instead (a sample can miss a short peak). Its
+  `method` says which one was used. A JVM's RSS is mostly its committed heap, which it rarely gives
+  back: a side that runs after a hungrier one inherits that footprint, so a run's peak is at least the
+  RSS it started with.
+- `linear_fit(xs, ys)`: least squares time = intercept + slope x events, with R^2 and residuals.
+- `record(name, result, row)`: writes bench/results/<name>.json and appends one row to docs/benchmarks.md.
+
+Figures never go into tests; tests/unit/test_bench_harness.py checks only the pure logic here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from bench.compaction import HEADER, ROOT, TABLE_MD, machine
+
+KAFKA_PORT, KAFKA_CONTROLLER_PORT = 19400, 19401   # these benches' ports: tests pick free ones, the default is 9092
+RESULTS_DIR = ROOT / "bench" / "results"
+EVENTS_PER_SECOND_OF_EVENT_TIME = 20.0             # the generator's clock, as `lakehouse produce`
+SEED = 7                                           # lakehouse produce's default seed
+
+__all__ = ["HEADER", "ROOT", "TABLE_MD", "machine", "say", "bench_home", "private_broker", "spark_session",
+           "send", "order_events", "shop_events", "alternate", "median_ratio", "round_order", "linear_fit",
+           "PeakMemory", "record", "docs_row", "utc_now", "project_context"]
+
+
+def say(message: str) -> None:
+    """One progress line with the time, so that a person sees the bench working."""
+    print(f"[{datetime.now(timezone.utc):%H:%M:%S}] {message}", flush=True)
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# ---------------------------------------------------------------- pure logic (unit-tested)
+
+def round_order(names: Sequence[str], round_index: int) -> list[str]:
+    """The order of the sides in round `round_index`: rotated by one each round (two sides swap)."""
+    names = list(names)
+    if not names:
+        return []
+    k = round_index % len(names)
+    return names[k:] + names[:k]
+
+
+def median_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
+    """The median over rounds of numerators[i] / denominators[i]."""
+    if len(numerators) != len(denominators) or not numerators:
+        raise ValueError(f"need as many numerators as denominators, at least one ({len(numerators)} and "
+                         f"{len(denominators)} given)")
+    return statistics.median(n / d for n, d in zip(numerators, denominators))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """time = intercept + slope x events, by least squares."""
+
+    slope: float            # seconds per event
+    intercept: float        # seconds: the fixed cost of a run
+    r2: float | None        # None with two points (the line goes through both)
+    residuals: tuple[float, ...]
+
+    def predict(self, x: float) -> float:
+        return self.intercept + self.slope * x
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"slope_us_per_event": round(self.slope * 1e6, 3), "intercept_s": round(self.intercept, 3),
+                "r2": None if self.r2 is None else round(self.r2, 5),
+                "residuals_s": [round(r, 3) for r in self.residuals]}
+
+
+def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> Fit:
+    """Least-squares line through (x, y); R^2 only from three points on (two points fit exactly)."""
+    if len(xs) != len(ys) or len(set(xs)) < 2:
+        raise ValueError("need as many ys as xs and at least two different xs")
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    intercept = my - slope * mx
+    residuals = tuple(y - (intercept + slope * x) for x, y in zip(xs, ys))
+    r2 = None
+    if n >= 3:
+        syy = sum((y - my) ** 2 for y in ys)
+        r2 = 1.0 - sum(r * r for r in residuals) / syy if syy else 1.0
+    return Fit(slope, intercept, r2, residuals)
+
+
+def docs_row(*cells: str) -> str:
+    """One row of the table in docs/benchmarks.md (a '|' inside a cell is escaped, newlines become spaces)."""
+    return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ").strip() for c in cells) + " |\n"
+
+
+# ---------------------------------------------------------------- state folder, broker, Spark
+
+@contextlib.contextmanager
+def bench_home(name: str) -> Iterator[Any]:
+    """A temporary state folder and its Settings (bench ports, the project's jars); removed at the end."""
+    from infra.settings import Settings
+
+    home = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+    settings = Settings.from_env({
+        "LAKEHOUSE_HOME": str(home),
+        "LAKEHOUSE_JARS_DIR": str(ROOT / ".lakehouse" / "jars"),
+        "LAKEHOUSE_KAFKA_PORT": str(KAFKA_PORT),
+        "LAKEHOUSE_KAFKA_CONTROLLER_PORT": str(KAFKA_CONTROLLER_PORT),
+    })
+
+    def terminated(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield settings
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@dataclass
+class Broker:
+    node: Any               # infra.kafka_broker.KafkaNode
+    pid: int
+    bootstrap: str
+
+
+@contextlib.contextmanager
+def private_broker(settings, *, folder: str = "kafka", topic_specs: Iterable[Any] | None = None) -> Iterator[Broker]:
+    """A fresh broker with its state in <home>/<folder>, the topics created from their specs; stopped by PID."""
+    from infra.kafka_broker import local_node
+    from infra.retention import duration_ms
+    from schemas import topics
+    from streaming.kafka_topics import ensure_topics
+
+    node = dataclasses.replace(local_node(settings), directory=Path(settings.home) / folder)
+    try:
+        pid = node.start(settings.jars_dir)
+        say(f"Kafka broker pid {pid} on {node.bootstrap}, state in {node.directory}")
+        specs = list(topics.ALL if topic_specs is None else topic_specs)
+        ensure_topics(node.bootstrap, specs, replication_factor=1,
+                      replay_window_ms=duration_ms(settings.replay_window))
+        say("topics: " + ", ".join(f"{s.name} ({s.partitions} partitions)" for s in specs))
+        yield Broker(node, pid, node.bootstrap)
+    finally:
+        stopped = node.stop()
+        if stopped:
+            say(f"stopped the Kafka broker (pid {stopped})")
+
+
+@contextlib.contextmanager
+def spark_session(settings, name: str) -> Iterator[tuple[Any, int | None]]:
+    """The Spark session with the project's configuration (infra.spark.get_spark), and its driver JVM's PID."""
+    from infra.spark import get_spark
+
+    spark = None
+    try:
+        spark = get_spark(settings, f"bench-{name}")
+        pid = driver_jvm_pid()
+        say(f"Spark {spark.version} ({settings.spark_master}, {settings.spark_shuffle_partitions} shuffle partitions), "
+            f"driver JVM pid {pid}")
+        yield spark, pid
+    finally:
+        if spark is not None:
+            spark.stop()
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        kids.setdefault(ppid, []).append(int(entry))
+    return kids
+
+
+def driver_jvm_pid() -> int | None:
+    """The Spark driver JVM pyspark launched: the java process below this one running SparkSubmit (None if not found).
+
+    The bench's broker is a java child of this process too; it runs kafka.Kafka, not SparkSubmit.
+    """
+    from infra.kafka_broker import process_args
+
+    kids = _children()
+    todo = list(kids.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop(0)
+        try:
+            is_java = Path(f"/proc/{pid}/comm").read_text().strip() == "java"
+        except OSError:
+            continue
+        if is_java and "org.apache.spark.deploy.SparkSubmit" in process_args(pid):
+            return pid
+        todo.extend(kids.get(pid, []))
+    return None
+
+
+def project_context(settings, lake_root: str):
+    """The FlowContext `lakehouse run` builds (orchestration.resources: quality gate on by default) for a lake."""
+    from orchestration.resources import build_resources
+
+    resources = build_resources(dataclasses.replace(settings, lake_root=lake_root))
+    return resources["lake"].flow_context(resources["kafka"])
+
+
+# ---------------------------------------------------------------- events
+
+def start_for(events: int, *, now: datetime | None = None) -> datetime:
+    """A generator start such that `events` events end ten minutes before now (nothing is ahead of the broker)."""
+    now = now or utc_now()
+    span = timedelta(seconds=events / EVENTS_PER_SECOND_OF_EVENT_TIME)
+    return (now - span - timedelta(minutes=10)).replace(second=0, microsecond=0)
+
+
+def shop_events(total: int, *, seed: int = SEED) -> Iterator[Any]:
+    """The shop's mixed events (every topic), `lakehouse produce`'s fault mix; the first `total` end before now."""
+    from streaming.generator import Mix, ShopGenerator
+
+    return iter(ShopGenerator(seed=seed, start=start_for(total), events_per_second=EVENTS_PER_SECOND_OF_EVENT_TIME,
+                              mix=Mix()))
+
+
+def order_events(total: int, *, seed: int = SEED) -> Iterator[Any]:
+    """Only the generator's shop.orders.v1 records (valid, duplicates and malformed ones, in its mix)."""
+    from schemas import topics
+
+    name = topics.ORDERS.name
+    # About one record in six is an order: the clock covers six times as many ticks.
+    return (r for r in shop_events(total * 6, seed=seed) if r.topic == name)
+
+
+def send(records: Iterator[Any], count: int, bootstrap: str) -> Any:
+    """Send the next `count` records and wait for every acknowledgement; raises if any failed."""
+    from itertools import islice
+
+    from streaming.producer import produce
+
+    def progress(report) -> None:
+        say(f"  sent {report.sent:,} of {count:,}")
+
+    report = produce(islice(records, count), bootstrap=bootstrap, progress=progress, progress_every_s=15.0)
+    if report.failed or report.delivered != count:
+        raise RuntimeError(f"sent {count} events, {report.delivered} acknowledged, {report.failed} failed: "
+                           f"{'; '.join(report.errors[:3])}")
+    report.deliveries.clear()       # one Delivery per record: memory a large preload does not need
+    say(f"preloaded {report.delivered:,} events in {report.duration_s:.0f} s (not a figure): "
+        + ", ".join(f"{t} {n:,}" for t, n in sorted(report.by_topic.items())))
+    return report
+
+
+# ---------------------------------------------------------------- memory
+
+def _status_kb(pid: int, key: str) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+class PeakMemory:
+    """Peak RSS of one process during a run: VmHWM reset per run, or VmRSS sampled every 0.5 s."""
+
+    VMHWM = "VmHWM of /proc/<pid>/status, reset before each run (echo 5 > /proc/<pid>/clear_refs)"
+    SAMPLED = "VmRSS sampled every 0.5 s during each run (VmHWM could not be reset here)"
+
+    def __init__(self, name: str, pid: int | None, *, every_s: float = 0.5):
+        self.name, self.pid, self.every_s = name, pid, every_s
+        self.method: str | None = None
+        self._peak_kb = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.pid is None:
+            return
+        if self.method != self.SAMPLED:
+            try:
+                Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+                self.method = self.VMHWM
+                return
+            except OSError:
+                self.method = self.SAMPLED
+        self._peak_kb = _status_kb(self.pid, "VmRSS") or 0
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._sample, name=f"rss-{self.name}", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._peak_kb = max(self._peak_kb, _status_kb(self.pid, "VmRSS") or 0)
+
+    def stop(self) -> int | None:
+        """The peak in bytes since start() (None without a process)."""
+        if self.pid is None:
+            return None
+        if self.method == self.VMHWM:
+            kb = _status_kb(self.pid, "VmHWM")
+            return None if kb is None else kb * 1024
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+        self._peak_kb = max(self._peak_kb, _status_kb(self.pid, "VmRSS") or 0)
+        return self._peak_kb * 1024
+
+
+def mib(n: int | None) -> float | None:
+    return None if n is None else round(n / 2**20, 1)
+
+
+# ---------------------------------------------------------------- alternating runs
+
+Side = Callable[[str], Mapping[str, Any] | None]
+
+
+def run_once(side: Side, label: str, probes: Sequence[PeakMemory] = ()) -> dict[str, Any]:
+    """One timed run of a side; its peak memory per probe (MiB); what the side returned besides."""
+    for probe in probes:
+        probe.start()
+    began = time.perf_counter()
+    try:
+        extra = dict(side(label) or {})
+    finally:
+        wall = time.perf_counter() - began
+        peaks = {probe.name: mib(probe.stop()) for probe in probes}
+    seconds = float(extra.pop("seconds", wall))
+    return {"seconds": seconds, "wall_s": wall, "peak_rss_mib": {**peaks, **extra.pop("peak_rss_mib", {})}, **extra}
+
+
+def alternate(sides: Mapping[str, Side], rounds: int, *, probes: Sequence[PeakMemory] = (),
+              warm_up: bool = True, describe: Callable[[str, dict], str] | None = None) -> dict[str, list[dict]]:
+    """One warm-up run of each side (not kept), then `rounds` rounds of one run per side, first side rotating.
+
+    Returns each side's timed runs in round order. A side is called with a label unique to the run
+    (for its folders) and may return a dict: "seconds" replaces the wall clock, the rest is kept.
+    """
+    def show(name: str, label: str, run: dict) -> None:
+        more = describe(name, run) if describe else ""
+        memory = ", ".join(f"{k} {v:.0f} MiB" for k, v in run["peak_rss_mib"].items() if v is not None)
+        say(f"  {label}: {run['seconds']:.2f} s{more}" + (f" (peak RSS {memory})" if memory else ""))
+
+    names = list(sides)
+    if warm_up:
+        say("warm-up: one run of each side (" + ", ".join(names) + "), not counted")
+        for name in names:
+            show(name, f"warm-up {name}", run_once(sides[name], f"warm-up-{name}", probes))
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = round_order(names, r)
+        say(f"round {r + 1} of {rounds}: " + " -> ".join(order))
+        for name in order:
+            run = run_once(sides[name], f"round{r + 1}-{name}", probes)
+            run["round"], run["position"] = r + 1, order.index(name) + 1
+            runs[name].append(run)
+            show(name, name, run)
+    return runs
+
+
+def rounded(runs: Sequence[dict]) -> list[dict]:
+    """The runs for the JSON, seconds to the millisecond."""
+    out = []
+    for run in runs:
+        out.append({k: (round(v, 3) if isinstance(v, float) else v) for k, v in run.items()})
+    return out
+
+
+# ---------------------------------------------------------------- records
+
+def record(name: str, result: Mapping[str, Any], row: str) -> None:
+    """bench/results/<name>.json and one more row in docs/benchmarks.md (appended; rows are never edited)."""
+    path = RESULTS_DIR / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    TABLE_MD.parent.mkdir(parents=True, exist_ok=True)
+    if not TABLE_MD.exists():
+        TABLE_MD.write_text(HEADER)
+    with TABLE_MD.open("a") as out:
+        out.write(row)
+    say(f"wrote {path.relative_to(ROOT)} and a row in {TABLE_MD.relative_to(ROOT)}")
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "missed"
+
+
+def load_now() -> float:
+    return round(os.getloadavg()[0], 1)
+
+
+def command_line(module: str, argv: Sequence[str] | None) -> str:
+    return " ".join(["python -m", module, *(argv or [])])
