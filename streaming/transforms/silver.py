@@ -22,6 +22,7 @@ from schemas import reasons
 from schemas.events import EventSchema
 
 LINEAGE = ("topic", "partition", "offset", "appended_at", "ingested_at")
+_SEAL_KEY = "__silver_seal__"
 _INTEGERS = (ByteType, ShortType, IntegerType, LongType)
 
 
@@ -73,6 +74,24 @@ def _range_ok(v: Column, dtype: DataType) -> Column:
     return F.coalesce(_absent(v) | ok, F.lit(False))
 
 
+def _sealed_within(text: Column, seal: Column) -> Column:
+    """True when `text` is one JSON array or object and nothing follows it: sealed inside its own brackets.
+
+    Sealing there adds no level of nesting; the seal comes last in the parsed document only when the
+    document's closing bracket is the last byte (JSON whitespace aside).
+    """
+    body = F.regexp_replace(text, r"[ \t\r\n]+$", "")
+    head, last = F.left(body, F.length(body) - 1), F.right(body, F.lit(1))
+    as_array = F.try_parse_json(F.concat(head, F.lit(","), seal.cast("string"), F.lit("]")))
+    as_object = F.try_parse_json(F.concat(head, F.lit(f',"{_SEAL_KEY}":'), seal.cast("string"), F.lit("}")))
+    last_element = F.element_at(F.try_variant_get(as_array, "$", "array<variant>"), -1)
+    return F.coalesce(
+        F.when(last == "]", F.try_variant_get(last_element, "$", "bigint") == seal)
+        .when(last == "}", F.try_variant_get(as_object, _path(_SEAL_KEY), "bigint") == seal),
+        F.lit(False),
+    )
+
+
 def _first(checks: list[tuple[str, Column]]) -> Column:
     """The name of the first check whose condition holds, else null."""
     return F.coalesce(*[F.when(cond, F.lit(name)) for name, cond in checks]) if checks else F.lit(None)
@@ -94,16 +113,22 @@ def parse_events(
         sealed.alias("_sealed"),
         seal.alias("_seal"),
     )
-    doc = F.try_variant_get("_sealed", "$[0]", "variant")
+    # The seal's array adds a level of nesting: a document as deeply nested as the parser allows (1000
+    # levels) parses alone but not sealed. It is one document ("deep") if it seals inside its own brackets.
+    stage = stage.select("*", F.when(F.col("_sealed").isNull(), F.try_parse_json(text)).alias("_plain"))
+    stage = stage.select("*", F.coalesce(F.col("_plain").isNotNull() & _sealed_within(text, F.col("_seal")),
+                                         F.lit(False)).alias("_deep"))
+    doc = (F.when(F.col("_sealed").isNotNull(), F.try_variant_get("_sealed", "$[0]", "variant"))
+           .when(F.col("_deep"), F.col("_plain")))
     stage = stage.select(
         *bronze.columns,
         "_utf8",
-        F.col("_sealed").isNotNull().alias("_parsed"),
-        F.coalesce(
+        (F.col("_sealed").isNotNull() | F.col("_deep")).alias("_parsed"),
+        (F.coalesce(
             (F.try_variant_get("_sealed", "$[1]", "bigint") == F.col("_seal"))
             & F.try_variant_get("_sealed", "$[2]", "variant").isNull(),
             F.lit(False),
-        ).alias("_single"),
+        ) | F.col("_deep")).alias("_single"),
         (F.schema_of_variant(doc).startswith("OBJECT<")).alias("_object"),
         *[F.try_variant_get(doc, _path(f.name), "variant").alias(f"_v_{f.name}") for f in schema.payload.fields],
     )
