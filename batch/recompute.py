@@ -46,13 +46,13 @@ class Inputs:
 class Shadow:
     """A lake root of the batch lane's own, beside the live one: `<lake>/_batch/<purpose>-<utc>-<id>`."""
 
-    def __init__(self, spark: SparkSession, ctx: FlowContext, purpose: str, scope: str | None = None):
+    def __init__(self, spark: SparkSession, ctx: FlowContext, purpose: str):
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
         self.spark = spark
         self.root = f"{ctx.lake_root.rstrip('/')}/_batch/{purpose}-{stamp}-{uuid.uuid4().hex[:6]}"
         # Inputs and lookups come from the live lake (or an earlier shadow); writes go to the shadow.
-        # Quality results name the lane (backfill, verify, replay) and the days it covered.
-        self.ctx = replace(ctx, lake_root=self.root, input_root=ctx.inputs, lane=purpose.split("-")[0], scope=scope)
+        # Quality results name the lane: backfill, verify or replay.
+        self.ctx = replace(ctx, lake_root=self.root, input_root=ctx.inputs, lane=purpose.split("-")[0])
 
     def path(self, table: TableSpec) -> str:
         return table.path(self.root)

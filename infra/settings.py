@@ -254,6 +254,20 @@ class Settings:
         "keeps its log (time travel) at least this long; `lakehouse doctor` checks it.", REPLAY_WINDOW)
     maintenance_cron: str = _setting(
         "0 3 * * *", "When the nightly compaction (OPTIMIZE) and VACUUM run: a cron expression in UTC.", CRON)
+    stream_trigger: str = _setting(
+        "1 second", "How often `lakehouse stream` starts a micro-batch per flow (Spark's processing-time trigger).",
+        DURATION)
+    stream_report_every: str = _setting(
+        "5 seconds", "How often `lakehouse stream` reports each table's progress to Dagster.", DURATION)
+    stream_freshness: str = _setting(
+        "2 minutes", "A streamed table whose stream has reported nothing for this long fails its freshness check.",
+        DURATION)
+    stream_lag_limit: int = _setting(
+        100_000, "Kafka records a flow may be behind its topic's end before its lag check fails.",
+        _integer(0, 10**15))
+    stream_max_restarts: int = _setting(
+        5, "Failures in a row after which `lakehouse stream` stops a flow for good (and the command, with the reason).",
+        _integer(0, 1000))
     quality: bool = _setting(
         True, "Check every silver and gold batch against its table's expectation suite (quality/suites.py); "
         "false skips the checks (for measuring what they cost).", BOOLEAN)

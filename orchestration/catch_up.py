@@ -14,8 +14,8 @@ import dagster as dg
 
 from infra.retention import duration_ms
 from orchestration.assets import (
-    TOPIC_CHECK, _topic_metadata, caught_up_metadata, quality_check_result, side_observations, topic_key,
-    validations_since,
+    QUALITY_STOPS, TOPIC_CHECK, _topic_metadata, caught_up_metadata, quality_check_result, side_observations,
+    topic_key, validations_since,
 )
 from orchestration.partitions import daily, is_partitioned, touched_days
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
@@ -23,8 +23,8 @@ from schemas import sources
 from schemas.topics import TopicSpec
 from streaming import flows as flow_registry
 from streaming.kafka_topics import ensure_topics
-from quality.gate import QualityBreach
-from streaming.runner import QualityStopped, run_flow, table_version
+from streaming.progress import ProgressRecorder
+from streaming.runner import run_flow, table_version
 
 CATCH_UP_JOB = "catch_up"
 
@@ -87,6 +87,18 @@ def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: Spark
     docs.update({s.dimension_table.name: s.dimension_column_docs() for s in declared if s.dimension is not None})
     partitions = daily()
     blocked: dict[str, str] = {}    # table -> the breach that stopped it (or an upstream table)
+    progress = ProgressRecorder(ctx.lake_root, mode="catch-up")
+    try:
+        _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progress)
+    finally:
+        progress.flush(session)     # every micro-batch's progress, also of a run that failed part way
+    if blocked:
+        first = next(iter(blocked.values()))
+        raise dg.Failure(description=first, metadata={"blocked_tables": ", ".join(blocked)})
+
+
+def _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progress) -> None:
+    """Run each flow in order, logging its materializations; a breach blocks what reads the table."""
     for flow in chosen:
         if upstream := [s.name for s in (*flow.sources, *flow.lookups) if s.name in blocked]:
             blocked[flow.target.name] = blocked[upstream[0]]
@@ -98,7 +110,8 @@ def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: Spark
         context.log.info(f"running flow {flow.name} -> {flow.target.name}")
         try:
             run = run_flow(session, flow, ctx)
-        except (QualityStopped, QualityBreach) as stopped:
+            progress.extend(run.progress)
+        except QUALITY_STOPS as stopped:
             # Blocking: the table's failed check keeps every flow downstream of it from running on bad data.
             blocked[flow.target.name] = str(stopped)
             context.log.error(str(stopped))
@@ -117,9 +130,6 @@ def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: Spark
             context.log_event(dg.AssetMaterialization(asset_key=flow.asset_name, metadata=metadata))
         for observation in side_observations(session, flow, ctx):
             context.log_event(observation)
-    if blocked:
-        first = next(iter(blocked.values()))
-        raise dg.Failure(description=first, metadata={"blocked_tables": ", ".join(blocked)})
 
 
 def _log_check(context: dg.OpExecutionContext, flow, validations: list, stopped: str | None = None) -> None:

@@ -394,8 +394,11 @@ def build_parser() -> argparse.ArgumentParser:
     from orchestration.batch_cli import add_batch_commands
     from orchestration.quality_cli import add_quality_commands
 
+    from orchestration.stream_cli import add_stream_commands
+
     add_batch_commands(sub)
     add_quality_commands(sub)
+    add_stream_commands(sub)
     return parser
 
 
@@ -411,9 +414,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from orchestration.sql import SqlError
     from streaming.generator import MixError
     from streaming.kafka_topics import KafkaUnreachable
+    from streaming.continuous import UnknownTable as NotStreamed
 
     return (SettingsError, JarsMissing, BrokerError, KafkaUnreachable, SqlError, DemoFailed, UnknownAsset, UnknownJob,
-            UnknownPartition, MixError, UnknownTable, BadRange, BadReplay)
+            UnknownPartition, MixError, UnknownTable, BadRange, BadReplay, NotStreamed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from orchestration.maintenance import build_maintenance
 from orchestration.quality_checks import build_table_checks
 from orchestration.partitions import daily, is_partitioned
 from orchestration.resources import build_resources
+from orchestration.streams import build_stream_checks, build_stream_sensor
 from streaming.flows import FLOWS
 
 BACKFILL_JOB = "backfill"
@@ -56,10 +57,13 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     quality = build_table_checks()             # accounting identity, references, freshness, their hourly job
     return dg.Definitions(
         assets=[*assets, *maintenance["assets"]],
-        asset_checks=[*build_checks(), *maintenance["asset_checks"], *quality["asset_checks"]],
+        asset_checks=[*build_checks(), *maintenance["asset_checks"], *quality["asset_checks"],
+                      *build_stream_checks()],
         resources=build_resources(settings),
         jobs=[catch_up_job, backfill_job, *maintenance["jobs"], *quality["jobs"]],
         schedules=[nightly_reconciliation, *maintenance["schedules"], *quality["schedules"]],
+        # lakehouse stream reports its tables; this sensor observes topics and the streams' freshness and lag.
+        sensors=[build_stream_sensor()],
         # One Spark session per run: steps share it instead of each starting a JVM.
         executor=dg.in_process_executor,
     )

@@ -50,6 +50,11 @@ class Outcome:
         return self.unexpected_count <= considered * (1.0 - mostly) + 1e-9
 
     @property
+    def passed(self) -> bool:
+        """What the results say: met, and no row dropped for it."""
+        return self.success and not self.dropped
+
+    @property
     def observed(self) -> str:
         """What a person reads in the results table: `3 of 120 rows (2.5%)`, with a few of the values."""
         text = f"{self.unexpected_count} of {self.element_count - self.missing_count} rows ({self.unexpected_percent:.2f}%)"
@@ -115,9 +120,14 @@ def breaks(e: Expectation) -> Column:
     return scope(e) & present(e) & ~F.coalesce(passes(e), F.lit(False))
 
 
-def evaluate(rows: DataFrame, suite: Suite, expectations: tuple[Expectation, ...] | None = None) -> list[Outcome]:
-    """Each expectation of `suite` (or the given subset) over `rows`; one aggregation for all row rules."""
-    chosen = expectations if expectations is not None else suite.expectations
+def samples(rows: DataFrame, columns: tuple[str, ...] | list[str]) -> list[Any]:
+    """A few values of `columns` (one column: the values; several: dicts), as GX's partial_unexpected_list."""
+    return [r[0] if len(columns) == 1 else r.asDict() for r in rows.select(*columns).limit(SAMPLES).collect()]
+
+
+def evaluate(rows: DataFrame, suite: Suite) -> list[Outcome]:
+    """Each expectation of `suite` over `rows`; one aggregation for all row rules."""
+    chosen = suite.expectations
     row_rules = [e for e in chosen if e.type in ROW_TYPES]
     set_rules = [e for e in chosen if e.type not in ROW_TYPES]
     aggs = [F.count(F.lit(1)).alias("_rows")]
@@ -137,15 +147,12 @@ def evaluate(rows: DataFrame, suite: Suite, expectations: tuple[Expectation, ...
         duplicated = repeated.agg(F.sum("count")).first()[0]
         outcome = Outcome(e, totals["_rows"], int(duplicated or 0), totals[f"n{i}"])
         if outcome.unexpected_count:
-            outcome.samples = [r.asDict() if len(columns) > 1 else r[0]
-                               for r in repeated.select(*columns).limit(SAMPLES).collect()]
+            outcome.samples = samples(repeated, columns)
         outcomes[id(e)] = outcome
     for e in row_rules:
         outcome = outcomes[id(e)]
         if outcome.unexpected_count:
-            cols = list(e.columns)
-            outcome.samples = [r.asDict() if len(cols) > 1 else r[0]
-                               for r in rows.where(breaks(e)).select(*cols).limit(SAMPLES).collect()]
+            outcome.samples = samples(rows.where(breaks(e)), e.columns)
     return [outcomes[id(e)] for e in chosen]
 
 

@@ -9,7 +9,7 @@ from typing import Mapping
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from quality.evaluate import SAMPLES, evaluate, mark_dropped
+from quality.evaluate import evaluate, mark_dropped, samples
 from quality.results import Recorder, Validation, now
 from quality.suites import Suite, build_suites
 from schemas.tables import TableSpec
@@ -54,8 +54,7 @@ class Gate:
         for o in outcomes:
             o.dropped = (dropped or {}).get(o.expectation.name, 0)
             if o.dropped and screened is not None:
-                shown = screened.where(F.col("reason") == o.expectation.name).select(*o.expectation.columns)
-                o.samples = [r[0] if len(r) == 1 else r.asDict() for r in shown.limit(SAMPLES).collect()]
+                o.samples = samples(screened.where(F.col("reason") == o.expectation.name), o.expectation.columns)
         validation = Validation(suite, table.name, batch.flow, batch.lane, batch.batch_id, batch.scope,
                                 tuple(batch.offsets), outcomes, now(), self.run_id)
         self.recorder.add(validation)

@@ -133,6 +133,7 @@ def all_tables(declared: Iterable[Any]) -> tuple[TableSpec, ...]:
         LATE_ARRIVALS,
         *GOLD,
         QUALITY_RESULTS,
+        STREAM_PROGRESS,
     )
 
 
@@ -141,4 +142,12 @@ QUALITY_RESULTS = TableSpec(
     "One row per expectation per validated batch: table, suite, lane, micro-batch id, Kafka offsets or partitions, "
     "severity, success, observed value.",
     ("table", "lane", "flow", "batch_id", "expectation", "validated_at"),
+)
+
+
+STREAM_PROGRESS = TableSpec(
+    "stream_progress", "silver",
+    "One row per micro-batch of every query (continuous or catch-up): input rows, rows per second, batch duration "
+    "and its parts, Kafka end offsets and lag per partition, state rows and memory, watermark.",
+    ("query", "run_id", "batch_id"), time_range=("recorded_at", "recorded_at"),
 )

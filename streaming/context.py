@@ -59,7 +59,10 @@ class QualityGate(Protocol):
 
     def screen(self, table: "TableSpec", parsed: "DataFrame") -> "DataFrame": ...
 
-    def validate(self, table: "TableSpec", rows: "DataFrame", batch: BatchScope) -> None: ...
+    def validate(self, table: "TableSpec", rows: "DataFrame", batch: BatchScope, *,
+                 dropped: Mapping[str, int] | None = None, screened: "DataFrame | None" = None) -> object: ...
+
+    def flush(self, spark: object) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -88,11 +91,10 @@ class FlowContext:
                                                                     # (a replay reads the tables it rebuilt)
     quality: QualityGate | None = None      # the tables' expectations; None: none are checked
     lane: str = "stream"                    # who runs the flows: the stream, or the batch lane's purpose
-    scope: str | None = None                # the batch lane's partition range, for the quality results
 
     def batch_scope(self, flow: str, batch_id: int, rows: "DataFrame | None" = None) -> BatchScope:
         """The scope of one batch; the Kafka offsets it covered are read from `rows`' coordinates."""
-        return BatchScope(flow, batch_id, self.lane, self.scope, offsets_covered(rows) if rows is not None else ())
+        return BatchScope(flow, batch_id, self.lane, None, offsets_covered(rows) if rows is not None else ())
 
     @property
     def inputs(self) -> str:

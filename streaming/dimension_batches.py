@@ -23,6 +23,7 @@ from pyspark.sql.types import BooleanType, StructField, StructType, TimestampTyp
 from schemas.tables import TableSpec
 from streaming.context import FlowContext
 from streaming.positions import BatchRecord, RecordsPositions, UserMetadata
+from streaming.sinks import dml_once
 from streaming.transforms.dimensions import LINEAGE, scd2_versions
 
 log = logging.getLogger(__name__)
@@ -124,11 +125,8 @@ class DimensionWriter(RecordsPositions):
         key = self.key
         condition = f"t.`{key}` <=> s.`{key}` AND t.valid_from = s.valid_from AND t.event_id = s.event_id"
         changed = "NOT (t.valid_to <=> s.valid_to) OR NOT (t.is_current <=> s.is_current)"
-        spark.conf.set("spark.databricks.delta.write.txnAppId", record.txn_app_id)
-        spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
-        spark.conf.set("spark.databricks.delta.write.txnVersion.autoReset.enabled", "true")
         # The batch's one write, so its final one: it records where the batch's source stood (positions.py).
-        with UserMetadata(spark, record.metadata(final=True)):
+        with dml_once(spark, record.txn_app_id, batch_id), UserMetadata(spark, record.metadata(final=True)):
             (
                 target.alias("t")
                 .merge(versions.alias("s"), condition)

@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 from schemas.tables import LATE_ARRIVALS, TableSpec
 from streaming.context import BatchScope, FlowContext, QualityGate, iso_micros
 from streaming.positions import RecordsPositions, UserMetadata
-from streaming.sinks import append_once, ensure_table
+from streaming.sinks import append_once, dml_once, ensure_table
 from streaming.transforms.silver import to_late_arrivals
 
 log = logging.getLogger(__name__)
@@ -85,18 +85,6 @@ class Step:
     def target_path(self) -> str:
         return self.target.path(self.lake_root)
 
-    def _once(self, tag: str) -> None:
-        # The query runs in its own cloned session, so these settings apply to this flow's next commit only.
-        conf = self.spark.conf
-        conf.set("spark.databricks.delta.write.txnAppId", f"{self.app_id}{tag}")
-        conf.set("spark.databricks.delta.write.txnVersion", str(self.batch_id))
-        conf.set("spark.databricks.delta.write.txnVersion.autoReset.enabled", "true")
-
-    def _done(self) -> None:
-        # A DML that changed nothing commits nothing and would leave the settings for an unrelated write.
-        for key in ("txnAppId", "txnVersion"):
-            self.spark.conf.unset(f"spark.databricks.delta.write.{key}")
-
     def merge(self, source: DataFrame, *, on: str, matched: Mapping[str, str] | None = None,
               delete_flag: str | None = None) -> int:
         """MERGE `source` into the target once per (flow, batch); returns rows inserted + updated + deleted.
@@ -129,23 +117,16 @@ class Step:
         merge = merge.whenMatchedUpdate(set=dict(matched or values))
         merge = merge.whenNotMatchedInsert(
             condition=f"NOT s.`{delete_flag}`" if delete_flag else None, values=values)
-        self._once("")
-        try:
-            with UserMetadata(self.spark, self.user_metadata):
-                merge.execute()
-        finally:
-            self._done()
+        with dml_once(self.spark, self.app_id, self.batch_id), UserMetadata(self.spark, self.user_metadata):
+            merge.execute()
         return _merged_rows(self.spark, path)
 
     def update(self, condition: str, set: Mapping[str, str]) -> None:
         """UPDATE the target where `condition` holds, once per (flow, batch)."""
         if DeltaTable.isDeltaTable(self.spark, self.target_path):
-            self._once("-update")
-            try:
-                with UserMetadata(self.spark, self.user_metadata):
-                    DeltaTable.forPath(self.spark, self.target_path).update(condition, dict(set))
-            finally:
-                self._done()
+            with dml_once(self.spark, f"{self.app_id}-update", self.batch_id), \
+                    UserMetadata(self.spark, self.user_metadata):
+                DeltaTable.forPath(self.spark, self.target_path).update(condition, dict(set))
 
     def save_state(self, rows: DataFrame, name: str) -> None:
         """Replace the flow's state table `name` (a join's buffered rows), once per (flow, batch)."""

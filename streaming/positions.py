@@ -56,10 +56,10 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from delta.tables import DeltaTable
-
-from streaming.lake_files import hadoop_fs
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+
+from streaming.lake_files import hadoop_fs
 
 if TYPE_CHECKING:
     from streaming.context import FlowContext
@@ -255,17 +255,14 @@ def kafka_starting_offsets(positions: Mapping[str, Mapping[int, int]], partition
 
 # ---------------------------------------------------------------- checkpoint files (through Hadoop)
 
-_fs = hadoop_fs
-
-
 def exists(spark: SparkSession, path: str) -> bool:
-    fs, jpath = _fs(spark, path)
+    fs, jpath = hadoop_fs(spark, path)
     return bool(fs.exists(jpath))
 
 
 def read_text(spark: SparkSession, path: str) -> str | None:
     """A small file's text, or None if it does not exist (raises if it cannot be read)."""
-    fs, jpath = _fs(spark, path)
+    fs, jpath = hadoop_fs(spark, path)
     if not fs.exists(jpath):
         return None
     stream = fs.open(jpath)
@@ -276,7 +273,7 @@ def read_text(spark: SparkSession, path: str) -> str | None:
 
 
 def write_text(spark: SparkSession, path: str, text: str) -> None:
-    fs, jpath = _fs(spark, path)
+    fs, jpath = hadoop_fs(spark, path)
     out = fs.create(jpath, True)
     try:
         out.write(bytearray(text.encode("utf-8")))
@@ -285,7 +282,7 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
 
 
 def _batch_files(spark: SparkSession, folder: str) -> list[int]:
-    fs, jpath = _fs(spark, folder)
+    fs, jpath = hadoop_fs(spark, folder)
     if not fs.exists(jpath):
         return []
     return sorted(int(s.getPath().getName()) for s in fs.listStatus(jpath) if s.getPath().getName().isdigit())
@@ -297,7 +294,7 @@ def _utc_stamp() -> str:
 
 def move_aside(spark: SparkSession, checkpoint: str, why: str) -> str | None:
     """Rename the checkpoint folder to `<checkpoint>.<why>-<utc timestamp>`; None if there is none."""
-    fs, jpath = _fs(spark, checkpoint)
+    fs, jpath = hadoop_fs(spark, checkpoint)
     if not fs.exists(jpath):
         return None
     aside = f"{checkpoint.rstrip('/')}.{why}-{_utc_stamp()}"
@@ -505,7 +502,7 @@ def rebuild_checkpoint(spark: SparkSession, checkpoint: str, found: Recorded) ->
     write_text(spark, f"{staging}/offsets/{batch}", _offsets_file(spark, record["sources"], at, watermark))
     if record.get("final"):
         write_text(spark, f"{staging}/commits/{batch}", _COMMIT_FILE)
-    fs, jpath = _fs(spark, staging)
+    fs, jpath = hadoop_fs(spark, staging)
     if not fs.rename(jpath, spark._jvm.org.apache.hadoop.fs.Path(checkpoint)):
         raise OSError(f"could not move the rebuilt checkpoint {staging} to {checkpoint}")
 

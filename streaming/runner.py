@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -14,17 +14,18 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from streaming.lake_files import children
 from schemas.tables import TableSpec
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.flows import Flow
 from streaming.kafka_topics import KafkaUnreachable, admin_client
+from streaming.lake_files import children
 from streaming.gold_batches import GoldBatchStats
 from streaming.positions import (
     Recorded, StreamBinding, bronze_positions, commit_metadata, describe, inspect_checkpoint, is_exact_version,
     kafka_starting_offsets, move_aside, rebuild_checkpoint, resume_point, table_id,
 )
+from streaming.progress import progress_row
 from streaming.silver_batches import SilverBatchStats
 from streaming.sources import read_delta_stream, read_kafka_stream, stream_path
 
@@ -50,6 +51,7 @@ class FlowRun:
     silver: SilverBatchStats | None = None   # what a silver flow split off: quarantine, late, duplicates
     gold: GoldBatchStats | None = None       # what a stateful gold flow merged, routed late, keeps in state
     commits: dict[str, str] = field(default_factory=dict)  # Delta version -> what that commit of the run did
+    progress: list[dict[str, Any]] = field(default_factory=list)   # its micro-batches as stream_progress rows
 
 
 class KafkaLost(KafkaUnreachable):
@@ -345,6 +347,7 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     run.batches = sum(1 for p in progress if p.numInputRows > 0)
     run.input_rows = sum(int(p.numInputRows) for p in progress)
     run.kafka_offsets = _kafka_ranges(progress)
+    run.progress = [progress_row(p, "catch-up") for p in progress if p.numInputRows > 0]
     run.delta_version = table_version(spark, path)
     run.commits = commits_since(spark, path, before)
     if isinstance(getattr(writer, "stats", None), SilverBatchStats):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from schemas.tables import TableSpec
 
@@ -20,6 +21,25 @@ def ensure_table(batch_df: DataFrame, table: TableSpec, path: str) -> None:
     for key, value in table.properties.items():
         builder = builder.property(key, value)
     builder.execute()
+
+
+@contextmanager
+def dml_once(spark: SparkSession, app_id: str, batch_id: int) -> Iterator[None]:
+    """Make the DML (MERGE, UPDATE) run inside the block idempotent: Delta skips it if (app_id, batch_id) committed.
+
+    A DML takes these as session settings, not write options. They are cleared afterwards: a DML that
+    changed nothing commits nothing, and would leave them for the session's next, unrelated write
+    (which Delta then refuses, or skips).
+    """
+    conf = spark.conf
+    conf.set("spark.databricks.delta.write.txnAppId", app_id)
+    conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+    conf.set("spark.databricks.delta.write.txnVersion.autoReset.enabled", "true")
+    try:
+        yield
+    finally:
+        for key in ("txnAppId", "txnVersion"):
+            conf.unset(f"spark.databricks.delta.write.{key}")
 
 
 def append_once(df: DataFrame, path: str, *, app_id: str, batch_id: int, partition_by: tuple[str, ...] = (),
@@ -37,4 +57,21 @@ def append_once(df: DataFrame, path: str, *, app_id: str, batch_id: int, partiti
         writer = writer.option("userMetadata", user_metadata)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    writer.save(path)
+    save_racing_creation(lambda: writer.save(path))
+
+
+# Two queries appending first to one new table (several silver flows to quarantine) race to create it;
+# the loser's commit fails although an append never conflicts with an append. Once the table exists, retry.
+_CREATION_RACE = ("DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED", "ProtocolChangedException",
+                  "MetadataChangedException")
+
+
+def save_racing_creation(save: Callable[[], None], attempts: int = 3) -> None:
+    """Run a Delta append, again if it lost the race to create the table (the append is idempotent)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            save()
+            return
+        except Exception as exc:  # noqa: BLE001 - re-raised unless it is the creation race
+            if attempt == attempts or not any(marker in str(exc) for marker in _CREATION_RACE):
+                raise

@@ -1,0 +1,229 @@
+"""Dagster observes the continuous streams: reports from `lakehouse stream`, freshness and lag checks, topic observations.
+
+Dagster's guidance for long-running streaming work is to observe it, not to own it: the stream
+process reports what it wrote to the instance (`report_runless_asset_event`), and a sensor, which
+launches no run, observes the topics and evaluates freshness and lag checks from the checkpoints and
+the broker. The same functions serve the sensor, the checks run by hand from the UI, and
+`lakehouse status`.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Iterable
+
+import dagster as dg
+
+from infra.settings import Settings
+from orchestration.assets import topic_key
+from schemas import sources
+from schemas.topics import TopicSpec
+from streaming import flows as flow_registry
+from streaming.context import FlowContext, duration_micros
+from streaming.continuous import TableReport
+from streaming.health import FlowHealth, end_offsets, flow_health
+
+FRESHNESS_CHECK = "stream_freshness"
+LAG_CHECK = "consumer_lag"
+STREAM_TAG = "lakehouse stream"
+SENSOR = "stream_health"
+
+
+def report_metadata(rep: TableReport) -> dict[str, object]:
+    """What a person wants to see of a streamed table's update; numbers plot as series in the UI."""
+    meta: dict[str, object] = {
+        "source": STREAM_TAG,
+        "flow": rep.flow,
+        "micro_batches": rep.batches,
+        "rows_written": rep.rows_written,
+        "rows_read": rep.input_rows,
+        "rows_since_start": rep.total_rows,
+        "rows_per_second": round(rep.rows_per_s, 1),
+    }
+    if rep.quarantined:
+        meta["quarantined"] = rep.quarantined
+    if rep.last_batch_id is not None:
+        meta["last_batch_id"] = rep.last_batch_id
+    if rep.last_batch_ms is not None:
+        meta["batch_duration_ms"] = rep.last_batch_ms
+    if rep.delta_version is not None:
+        meta["delta_version"] = rep.delta_version
+    if rep.lag_records is not None:
+        meta["lag_records"] = rep.lag_records
+    if rep.kafka_end_offsets:
+        meta["kafka_end_offsets"] = dg.MetadataValue.json(rep.kafka_end_offsets)
+    if rep.watermark:
+        meta["watermark"] = rep.watermark
+    return meta
+
+
+class DagsterReporter:
+    """Sends the stream's table reports to the project's Dagster instance.
+
+    A table that wrote rows gets a materialization; an idle one (caught up, nothing new) an observation,
+    so its freshness shows that the stream is alive even when no events arrive.
+    """
+
+    def __init__(self, instance: dg.DagsterInstance):
+        self.instance = instance
+
+    def __call__(self, reports: list[TableReport]) -> None:
+        for rep in reports:
+            key = dg.AssetKey(rep.table)
+            meta = report_metadata(rep)
+            event = (dg.AssetMaterialization(asset_key=key, metadata=meta, description="lakehouse stream wrote rows")
+                     if rep.rows_written or rep.quarantined else
+                     dg.AssetObservation(asset_key=key, metadata=meta, description="lakehouse stream is caught up"))
+            self.instance.report_runless_asset_event(event)
+
+
+def last_stream_report(instance: dg.DagsterInstance, key: dg.AssetKey) -> float | None:
+    """Epoch seconds of the stream's newest report (materialization or observation) for an asset."""
+    newest = None
+    for kind in (dg.DagsterEventType.ASSET_MATERIALIZATION, dg.DagsterEventType.ASSET_OBSERVATION):
+        records = instance.get_event_records(dg.EventRecordsFilter(event_type=kind, asset_key=key), limit=20,
+                                             ascending=False)
+        for record in records:
+            entry = record.event_log_entry
+            event = entry.asset_materialization or entry.asset_observation
+            source = event.metadata.get("source") if event is not None else None
+            if source is not None and getattr(source, "value", source) == STREAM_TAG:
+                newest = max(newest or 0.0, entry.timestamp)
+                break
+    return newest
+
+
+def freshness_evaluation(instance: dg.DagsterInstance, table: str, limit_s: float,
+                         now: float | None = None) -> dg.AssetCheckEvaluation:
+    """Passed when `lakehouse stream` reported the table within `limit_s`; failed (ERROR) when it went quiet."""
+    now = now or time.time()
+    last = last_stream_report(instance, dg.AssetKey(table))
+    age = None if last is None else now - last
+    passed = age is not None and age <= limit_s
+    if last is None:
+        said = f"{table} has never been reported by lakehouse stream"
+    else:
+        said = (f"lakehouse stream reported {table} {age:.0f} s ago"
+                + ("" if passed else f", more than the {limit_s:.0f} s allowed: the stream has stopped or stalled"))
+    meta: dict[str, object] = {"limit_s": limit_s, "status": said}
+    if age is not None:
+        meta["seconds_since_report"] = round(age, 1)
+        meta["last_report_at"] = datetime.fromtimestamp(last, tz=timezone.utc).isoformat()
+    return dg.AssetCheckEvaluation(asset_key=dg.AssetKey(table), check_name=FRESHNESS_CHECK, passed=passed,
+                                   severity=dg.AssetCheckSeverity.ERROR, metadata=meta, description=said)
+
+
+def lag_evaluation(topic: TopicSpec, health: Iterable[FlowHealth], limit: int) -> dg.AssetCheckEvaluation:
+    """Passed when every flow that reads the topic is at most `limit` records behind its end offsets."""
+    readers = [h for h in health if h.kafka_lag and any(k.startswith(f"{topic.name}/") for k in h.kafka_lag)]
+    lags = {h.flow: sum(v for k, v in h.kafka_lag.items() if k.startswith(f"{topic.name}/")) for h in readers}
+    worst = max(lags.values(), default=0)
+    passed = worst <= limit
+    said = (f"every consumer of {topic.name} is within {limit:,} records of its end" if passed else
+            f"{', '.join(f'{f} is {n:,} records behind' for f, n in lags.items() if n > limit)} "
+            f"{topic.name} (limit {limit:,})")
+    return dg.AssetCheckEvaluation(
+        asset_key=topic_key(topic), check_name=LAG_CHECK, passed=passed, severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"lag_by_flow": dg.MetadataValue.json(lags), "max_lag_records": worst, "limit_records": limit},
+        description=said)
+
+
+def topic_observation(topic: TopicSpec, ends: dict[int, tuple[int, int]], health: Iterable[FlowHealth]) -> dg.AssetObservation:
+    """A topic as it is now: end offsets, retained records, and how far each flow reading it is behind."""
+    lags = {h.flow: {k.split("/", 1)[1]: v for k, v in h.kafka_lag.items() if k.startswith(f"{topic.name}/")}
+            for h in health if any(k.startswith(f"{topic.name}/") for k in h.kafka_lag)}
+    return dg.AssetObservation(asset_key=topic_key(topic), metadata={
+        "topic": topic.name,
+        "partitions": len(ends),
+        "end_offsets": dg.MetadataValue.json({str(p): high for p, (low, high) in ends.items()}),
+        "retained_records": sum(high - low for low, high in ends.values()),
+        "consumer_lag": dg.MetadataValue.json(lags),
+        "lag_records": sum(sum(v.values()) for v in lags.values()),
+        "observed_by": SENSOR,
+    })
+
+
+def streamed_tables(declared: tuple = sources.SOURCES) -> list[str]:
+    return list(dict.fromkeys(f.target.name for f in flow_registry.build_flows(declared)))
+
+
+def observe(settings: Settings, instance: dg.DagsterInstance, declared: tuple = sources.SOURCES,
+            now: float | None = None) -> list[object]:
+    """Topic observations, lag checks and freshness checks, as of now."""
+    from orchestration.resources import build_resources
+
+    resources = build_resources(settings)
+    ctx: FlowContext = resources["lake"].flow_context(resources["kafka"])
+    ctx = FlowContext(lake_root=ctx.lake_root, kafka_bootstrap=ctx.kafka_bootstrap)   # no quality gate needed here
+    flows = flow_registry.build_flows(declared)
+    topics = [s.topic_spec for s in declared]
+    events: list[object] = []
+    try:
+        ends = end_offsets(ctx.kafka_bootstrap, topics, timeout_s=5.0)
+    except Exception:  # noqa: BLE001 - the broker is down: topics cannot be observed, freshness still can
+        ends = {}
+    if ends:
+        health = [flow_health(f, ctx, ends) for f in flows if isinstance(f.source, TopicSpec)]
+        for topic in topics:
+            if topic.name in ends:
+                events.append(topic_observation(topic, ends[topic.name], health))
+                events.append(lag_evaluation(topic, health, settings.stream_lag_limit))
+    limit_s = duration_micros(settings.stream_freshness) / 1e6
+    events.extend(freshness_evaluation(instance, table, limit_s, now) for table in streamed_tables(declared))
+    return events
+
+
+def build_stream_checks(declared: tuple = sources.SOURCES) -> list[dg.AssetChecksDefinition]:
+    """The freshness check of every streamed table and the lag check of every topic, runnable from the UI too."""
+    tables = streamed_tables(declared)
+    topics = [s.topic_spec for s in declared]
+
+    @dg.multi_asset_check(
+        name="stream_freshness_checks",
+        specs=[dg.AssetCheckSpec(FRESHNESS_CHECK, asset=t,
+                                 description="Fails when lakehouse stream has not reported the table for "
+                                             "LAKEHOUSE_STREAM_FRESHNESS.") for t in tables],
+        can_subset=True,
+    )
+    def freshness_checks(context):
+        """Has lakehouse stream reported each table recently?"""
+        settings = Settings.from_env()
+        limit_s = duration_micros(settings.stream_freshness) / 1e6
+        for key in context.selected_asset_check_keys:
+            e = freshness_evaluation(context.instance, key.asset_key.to_user_string(), limit_s)
+            yield dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=e.passed,
+                                      severity=e.severity, metadata=e.metadata, description=e.description)
+
+    @dg.multi_asset_check(
+        name="consumer_lag_checks",
+        specs=[dg.AssetCheckSpec(LAG_CHECK, asset=topic_key(t),
+                                 description="Fails when a flow reading the topic is more than "
+                                             "LAKEHOUSE_STREAM_LAG_LIMIT records behind its end.") for t in topics],
+        can_subset=True,
+    )
+    def lag_checks(context):
+        """Is every flow within LAKEHOUSE_STREAM_LAG_LIMIT records of its topic's end?"""
+        settings = Settings.from_env()
+        wanted = {k.asset_key for k in context.selected_asset_check_keys}
+        for event in observe(settings, context.instance, declared):
+            if isinstance(event, dg.AssetCheckEvaluation) and event.check_name == LAG_CHECK \
+                    and event.asset_key in wanted:
+                yield dg.AssetCheckResult(asset_key=event.asset_key, check_name=LAG_CHECK, passed=event.passed,
+                                          severity=event.severity, metadata=event.metadata,
+                                          description=event.description)
+
+    return [freshness_checks, lag_checks]
+
+
+def build_stream_sensor(declared: tuple = sources.SOURCES) -> dg.SensorDefinition:
+    """Every 30 s: observe the topics and evaluate the freshness and lag checks, without launching a run."""
+
+    @dg.sensor(name=SENSOR, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+               description="Observes each topic (end offsets, retained records, each flow's lag) and evaluates the "
+                           "streams' freshness and lag checks; launches no run.")
+    def stream_health(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        """Observe the topics and the streams' health."""
+        return dg.SensorResult(asset_events=observe(Settings.from_env(), context.instance, declared))
+
+    return stream_health

@@ -1,0 +1,281 @@
+"""Continuous mode: the flows as long-running queries in one Spark session, restarted on failure, stopped cleanly."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from schemas.tables import TableSpec
+from schemas.topics import TopicSpec
+from streaming.context import FlowContext
+from streaming.flows import Flow
+from streaming.health import latest_version
+from streaming.kafka_topics import KafkaUnreachable
+from streaming.progress import ProgressRecorder
+from streaming.runner import BrokerWatchdog, KafkaLost, QualityStopped, _raise_if_kafka_lost, _raise_if_quality_breach, start_flow
+
+log = logging.getLogger(__name__)
+
+
+class StreamFailed(RuntimeError):
+    """A flow kept failing after its restarts; the message is the last failure's sentence."""
+
+
+class UnknownTable(ValueError):
+    """`lakehouse stream` was given a table no flow writes."""
+
+
+def flows_for(flows: Iterable[Flow], names: Iterable[str]) -> list[Flow]:
+    """The flows that write the named tables and every flow they need, in dependency order (all when none named)."""
+    flows = list(flows)
+    names = list(names)
+    if not names:
+        return flows
+    writers = {f.target.name: f for f in flows}
+    unknown = [n for n in names if n not in writers]
+    if unknown:
+        raise UnknownTable(f"No flow writes {', '.join(unknown)}; tables that stream: {', '.join(writers)}.")
+    wanted: set[str] = set()
+    todo = list(names)
+    while todo:
+        flow = writers[todo.pop()]
+        if flow.name in wanted:
+            continue
+        wanted.add(flow.name)
+        todo.extend(s.name for s in (*flow.sources, *flow.lookups) if isinstance(s, TableSpec) and s.name in writers)
+    return [f for f in flows if f.name in wanted]
+
+
+@dataclass
+class TableReport:
+    """What a streamed table did since the last report: sent to Dagster and to the log."""
+
+    table: str
+    flow: str
+    batches: int = 0                   # micro-batches that read rows
+    input_rows: int = 0                # rows its source gave (Spark's count: a batch read twice counts twice)
+    rows_written: int = 0              # rows it wrote to its table (silver: valid rows; gold: inserted or updated)
+    quarantined: int = 0               # silver: rows it sent to quarantine
+    total_rows: int = 0                # rows written since the stream started
+    last_batch_id: int | None = None
+    last_batch_ms: int | None = None
+    rows_per_s: float = 0.0            # processed rows per second in its newest batch with rows
+    lag_records: int | None = None     # Kafka records behind the newest offset (flows that read a topic)
+    delta_version: int | None = None
+    kafka_end_offsets: dict[str, int] = field(default_factory=dict)
+    watermark: str | None = None
+
+
+@dataclass
+class _Running:
+    flow: Flow
+    query: StreamingQuery | None = None
+    writer: Any = None                 # the (batch_df, batch_id) writer of a flow whose output is "batch"
+    written: tuple[int, int] = (0, 0)  # rows written and quarantined by earlier writers of this flow
+    reported: tuple[int, int] = (0, 0) # what the last report counted
+    watchdog: BrokerWatchdog | None = None
+    failures: int = 0                  # in a row, without a batch in between
+    retry_at: float = 0.0
+    last_error: str = ""
+
+
+class Supervisor:
+    """Runs flows as continuous queries with a processing-time trigger until told to stop.
+
+    - A flow whose input table does not exist yet starts when it appears (silver after bronze's first batch).
+    - A query that fails is restarted after a backoff (2 s, doubling up to a minute), its failure logged
+      in one sentence; after `max_failures` failures in a row without a batch in between, every query
+      is stopped and `run` raises StreamFailed with that sentence.
+    - `stop` lets each query finish the micro-batch it is in, then stops it: offsets and commits stay
+      consistent, and the writers' idempotent commits make a replayed batch harmless after a kill.
+    """
+
+    def __init__(self, spark: SparkSession, flows: Iterable[Flow], ctx: FlowContext, *, trigger: str = "1 second",
+                 report: Callable[[list[TableReport]], None] | None = None, report_every_s: float = 5.0,
+                 metrics_every_s: float = 10.0, max_failures: int = 5, backoff_s: float = 2.0,
+                 backoff_max_s: float = 60.0, record_metrics: bool = True):
+        self.spark = spark
+        self.ctx = ctx
+        self.trigger = trigger
+        self.report = report
+        self.report_every_s = report_every_s
+        self.metrics_every_s = metrics_every_s
+        self.max_failures = max_failures
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self.running = {f.name: _Running(f) for f in flows}
+        self.reports: dict[str, TableReport] = {}
+        self.totals: dict[str, int] = {}        # rows written per flow since the stream started
+        self._lock = threading.Lock()
+        self.recorder = ProgressRecorder(ctx.lake_root, mode="continuous", on_progress=self._progress,
+                                         keep=record_metrics)
+
+    # -- progress, on Spark's listener thread
+    def _progress(self, row: dict[str, Any]) -> None:
+        entry = self.running.get(row["query"])
+        if entry is None:
+            return
+        with self._lock:
+            rep = self.reports.setdefault(entry.flow.name, TableReport(entry.flow.target.name, entry.flow.name))
+            if row["input_rows"]:
+                rep.batches += 1
+                rep.input_rows += row["input_rows"]
+                rep.last_batch_id = row["batch_id"]
+                rep.last_batch_ms = row["batch_ms"]
+                rep.rows_per_s = row["processed_rows_per_s"]
+                rep.kafka_end_offsets.update(row["kafka_end_offsets"])
+            if row["lag_records"] is not None:
+                rep.lag_records = row["lag_records"]
+            rep.watermark = row["watermark"] or rep.watermark
+            entry.failures = 0       # a batch ran: the flow is healthy again
+
+    # -- the loop
+    def run(self, stop: threading.Event) -> None:
+        """Start the flows and keep them running until `stop` is set; raises StreamFailed if one keeps failing."""
+        self.spark.streams.addListener(self.recorder)
+        next_report = time.monotonic() + self.report_every_s
+        next_flush = time.monotonic() + self.metrics_every_s
+        try:
+            while not stop.is_set():
+                for entry in self.running.values():
+                    self._tend(entry)
+                now = time.monotonic()
+                if now >= next_report:
+                    self._send_reports()
+                    next_report = now + self.report_every_s
+                if now >= next_flush:
+                    self.recorder.flush(self.spark)
+                    next_flush = now + self.metrics_every_s
+                stop.wait(0.5)
+        finally:
+            self.stop_all()
+            self.recorder.flush(self.spark)
+            self._send_reports()
+            self.spark.streams.removeListener(self.recorder)
+
+    def _tend(self, entry: _Running) -> None:
+        query = entry.query
+        if query is not None and query.isActive:
+            return
+        if query is not None:
+            self._failed(entry, self._sentence(entry, query))
+            return
+        if time.monotonic() < entry.retry_at or self._waiting(entry.flow):
+            return
+        try:
+            writer = entry.flow.batch_writer(self.ctx) if entry.flow.output == "batch" else None
+            entry.query = start_flow(self.spark, entry.flow, self.ctx,
+                                     trigger={"processingTime": self.trigger}, writer=writer)
+            entry.writer = writer
+        except KafkaUnreachable as exc:
+            self._failed(entry, str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - any start failure is retried like a query failure
+            self._failed(entry, f"flow {entry.flow.name} could not start: {_first_line(exc)}")
+            return
+        if isinstance(entry.flow.source, TopicSpec):
+            entry.watchdog = BrokerWatchdog(entry.query, self.ctx.kafka_bootstrap)
+        log.info("flow %s is streaming into %s (trigger every %s)%s", entry.flow.name, entry.flow.target.name,
+                 self.trigger, f", after {entry.failures} failure(s)" if entry.failures else "")
+
+    def _waiting(self, flow: Flow) -> bool:
+        """An input table is created by its first batch upstream; until then the flow waits."""
+        return any(isinstance(t, TableSpec) and latest_version(self.ctx.input_path(t)) is None
+                   for t in (*flow.sources, *flow.lookups))
+
+    def _sentence(self, entry: _Running, query: StreamingQuery) -> str:
+        if entry.watchdog is not None:
+            entry.watchdog.close()
+            lost = entry.watchdog.lost
+            entry.watchdog = None
+            if lost:
+                return (f"The Kafka broker at {self.ctx.kafka_bootstrap} stopped answering while flow "
+                        f"{entry.flow.name} was reading {entry.flow.source.name}")
+        exc = query.exception()
+        if exc is None:
+            return f"flow {entry.flow.name} stopped without an error"
+        try:
+            _raise_if_quality_breach(exc)
+            _raise_if_kafka_lost(entry.flow, self.ctx, exc)
+        except (QualityStopped, KafkaLost) as said:
+            return str(said)
+        return f"flow {entry.flow.name} failed: {_first_line(exc)}"
+
+    def _failed(self, entry: _Running, sentence: str) -> None:
+        entry.written = _counts(entry)
+        entry.query, entry.writer = None, None
+        entry.failures += 1
+        entry.last_error = sentence
+        if entry.failures > self.max_failures:
+            raise StreamFailed(f"{sentence} ({entry.failures} failures in a row; stopped every flow).")
+        delay = min(self.backoff_max_s, self.backoff_s * 2 ** (entry.failures - 1))
+        entry.retry_at = time.monotonic() + delay
+        log.warning("%s; restarting it in %.0f s (failure %d of %d allowed)", sentence, delay, entry.failures,
+                    self.max_failures)
+
+    def _send_reports(self) -> None:
+        with self._lock:
+            reports = [r for r in self.reports.values()]
+            self.reports = {name: TableReport(r.table, r.flow, lag_records=r.lag_records, watermark=r.watermark)
+                            for name, r in self.reports.items()}
+        for rep in reports:
+            entry = self.running[rep.flow]
+            rep.delta_version = latest_version(entry.flow.target.path(self.ctx.lake_root))
+            if entry.flow.output == "batch":
+                now = _counts(entry)
+                rep.rows_written, rep.quarantined = now[0] - entry.reported[0], now[1] - entry.reported[1]
+                entry.reported = now
+            else:
+                rep.rows_written = rep.input_rows     # Delta's sink appends every row it reads
+            rep.total_rows = self.totals.get(rep.flow, 0) + rep.rows_written
+            self.totals[rep.flow] = rep.total_rows
+        if reports and self.report is not None:
+            try:
+                self.report(reports)
+            except Exception:  # noqa: BLE001 - a report that cannot be delivered must not stop the stream
+                log.warning("could not report the streams' progress", exc_info=True)
+
+    def stop_all(self, grace_s: float = 60.0) -> None:
+        """Let each query finish its current micro-batch, then stop it."""
+        deadline = time.monotonic() + grace_s
+        for entry in self.running.values():
+            query = entry.query
+            if query is None:
+                continue
+            while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            query.stop()
+            if entry.watchdog is not None:
+                entry.watchdog.close()
+                entry.watchdog = None
+            entry.query = None
+
+    def active(self) -> list[str]:
+        return [name for name, e in self.running.items() if e.query is not None and e.query.isActive]
+
+
+def _counts(entry: _Running) -> tuple[int, int]:
+    """Rows written and quarantined so far by this flow's writers, the current one included."""
+    stats = getattr(entry.writer, "stats", None)
+    if stats is None:
+        return entry.written
+    written = stats.silver if hasattr(stats, "silver") else int(getattr(stats, "rows_written", 0))
+    return entry.written[0] + written, entry.written[1] + int(getattr(stats, "quarantined", 0))
+
+
+_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Exception|Error|Breach)): (.+)$")
+
+
+def _first_line(exc: BaseException) -> str:
+    """The sentence that names what went wrong: a foreachBatch error's own exception line, not py4j's wrapper."""
+    lines = str(exc).strip().splitlines()
+    named = [m for line in lines if (m := _ERROR_LINE.match(line)) and "Python Proxy" not in line]
+    text = f"{named[-1].group(1)}: {named[-1].group(2)}" if named else (lines[0] if lines else type(exc).__name__)
+    return text[:300]

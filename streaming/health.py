@@ -1,0 +1,179 @@
+"""Where each flow stands, read from its checkpoint and its sources without a Spark session.
+
+A stream's health is read from files: the checkpoint's newest committed batch (its offsets and the
+time of its trigger), the newest version of each Delta source, and the Kafka end offsets. That makes
+`lakehouse status` and the Dagster sensor answer in a second, and tell the truth whether the stream
+runs, stalls or was stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from pyarrow import fs as pafs
+
+from schemas.topics import TopicSpec
+from streaming.context import FlowContext
+from streaming.flows import Flow
+from streaming.sources import stream_path
+
+_VERSION_FILE = re.compile(r"^(\d{20})\.(json|checkpoint\.parquet)$")
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and path for a lake URI: a local folder, s3a:// (as s3://), gs://, hdfs://."""
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), uri
+    if uri.startswith(("s3a://", "s3n://")):
+        uri = "s3://" + uri.split("://", 1)[1]
+    if uri.startswith("file://"):
+        return pafs.LocalFileSystem(), uri[len("file://"):]
+    return pafs.FileSystem.from_uri(uri)
+
+
+def _listing(uri: str) -> list[pafs.FileInfo]:
+    fs, path = filesystem(uri)
+    try:
+        return fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except (OSError, FileNotFoundError):
+        return []
+
+
+def _read(uri: str) -> str:
+    fs, path = filesystem(uri)
+    with fs.open_input_stream(path) as stream:
+        return stream.read().decode("utf-8")
+
+
+def latest_version(table_uri: str) -> int | None:
+    """The newest version in a Delta table's log (None when there is no table)."""
+    versions = [int(m.group(1)) for info in _listing(f"{table_uri.rstrip('/')}/_delta_log")
+                if (m := _VERSION_FILE.match(info.base_name))]
+    return max(versions) if versions else None
+
+
+@dataclass
+class CommittedBatch:
+    """The newest micro-batch a checkpoint has committed."""
+
+    batch_id: int
+    triggered_at: float | None          # epoch seconds of the batch's trigger (Spark's batchTimestampMs)
+    committed_at: float | None          # epoch seconds when its commit file was written
+    sources: list[dict]                  # one offset per source, in the query's source order
+
+
+def committed_batch(checkpoint: str) -> CommittedBatch | None:
+    """The newest batch in `<checkpoint>/commits` and its offsets (None: the query has committed nothing)."""
+    commits = {int(i.base_name): i for i in _listing(f"{checkpoint.rstrip('/')}/commits") if i.base_name.isdigit()}
+    if not commits:
+        return None
+    batch = max(commits)
+    info = commits[batch]
+    committed_at = info.mtime.timestamp() if info.mtime is not None else None
+    try:
+        lines = _read(f"{checkpoint.rstrip('/')}/offsets/{batch}").splitlines()
+    except (OSError, FileNotFoundError):
+        return CommittedBatch(batch, None, committed_at, [])
+    meta = json.loads(lines[1]) if len(lines) > 1 else {}
+    sources = [json.loads(line) if line.strip() not in ("", "-") else {} for line in lines[2:]]
+    triggered = meta.get("batchTimestampMs")
+    return CommittedBatch(batch, triggered / 1000 if triggered else None, committed_at, sources)
+
+
+@dataclass
+class FlowHealth:
+    """How far one flow is behind its sources, and when it last committed a batch."""
+
+    flow: str
+    table: str
+    batch_id: int | None = None
+    last_batch_at: float | None = None                       # epoch seconds of its newest committed batch
+    kafka_lag: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> records behind the end
+    versions_behind: dict[str, int] = field(default_factory=dict)   # source table -> Delta versions behind
+
+    @property
+    def lag_records(self) -> int | None:
+        """Records behind the Kafka end offsets (None for a flow that reads tables)."""
+        return sum(self.kafka_lag.values()) if self.kafka_lag else None
+
+    def age_s(self, now: float | None = None) -> float | None:
+        """Seconds since its newest committed batch."""
+        return None if self.last_batch_at is None else max(0.0, (now or time.time()) - self.last_batch_at)
+
+    @property
+    def caught_up(self) -> bool:
+        """Nothing left to read in any source (a caught-up stream commits no batch until new data comes)."""
+        return not any(self.kafka_lag.values()) and not any(self.versions_behind.values())
+
+    def lag_text(self) -> str:
+        if self.kafka_lag:
+            return f"{self.lag_records:,} records"
+        if self.versions_behind:
+            behind = {t: v for t, v in self.versions_behind.items() if v}
+            return ", ".join(f"{v} version{'s' * (v > 1)} of {t}" for t, v in behind.items()) or "0 versions"
+        return "-"
+
+
+def end_offsets(bootstrap: str, topics: Iterable[TopicSpec], timeout_s: float = 10.0) -> dict[str, dict[int, tuple[int, int]]]:
+    """(low, high) watermark offsets of every partition of each topic: retained records are high - low."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lakehouse-health", "enable.auto.commit": False,
+                         "log_level": 0})
+    try:
+        found: dict[str, dict[int, tuple[int, int]]] = {}
+        for topic in topics:
+            meta = consumer.list_topics(topic.name, timeout=timeout_s).topics.get(topic.name)
+            if meta is None or meta.error is not None:
+                continue
+            found[topic.name] = {
+                p: consumer.get_watermark_offsets(TopicPartition(topic.name, p), timeout=timeout_s)
+                for p in sorted(meta.partitions)
+            }
+        return found
+    finally:
+        consumer.close()
+
+
+def flow_health(flow: Flow, ctx: FlowContext, ends: Mapping[str, Mapping[int, tuple[int, int]]]) -> FlowHealth:
+    """Where a flow stands: its newest committed batch, and how far that is behind each source's end."""
+    health = FlowHealth(flow.name, flow.target.name)
+    batch = committed_batch(flow.checkpoint(ctx))
+    if batch is not None:
+        health.batch_id = batch.batch_id
+        health.last_batch_at = batch.committed_at or batch.triggered_at
+    for i, source in enumerate(flow.sources):
+        offset = batch.sources[i] if batch is not None and i < len(batch.sources) else {}
+        if isinstance(source, TopicSpec):
+            read = offset.get(source.name, {}) if offset else {}
+            for partition, (low, high) in ends.get(source.name, {}).items():
+                at = int(read.get(str(partition), low))
+                health.kafka_lag[f"{source.name}/{partition}"] = max(0, high - max(at, low))
+        else:
+            newest = latest_version(stream_path(source, ctx))
+            if newest is None:
+                continue
+            health.versions_behind[source.name] = max(0, newest - _done_version(offset))
+    return health
+
+
+def _done_version(offset: Mapping) -> int:
+    """The newest source version a Delta source offset has read whole (-1: none)."""
+    at = offset.get("reservoirVersion") if offset else None
+    if at is None:
+        return -1
+    index = int(offset.get("index", -1))
+    # index -1: nothing of `at` read yet; a huge index (Delta's END_INDEX): all of `at`; else part of `at`.
+    return int(at) if index >= 2 ** 62 else int(at) - 1
+
+
+def stream_health(flows: Iterable[Flow], ctx: FlowContext) -> list[FlowHealth]:
+    """The health of each flow, with one round of Kafka end-offset lookups for all of them."""
+    flows = list(flows)
+    topics = {s.name: s for f in flows for s in f.sources if isinstance(s, TopicSpec)}
+    ends = end_offsets(ctx.kafka_bootstrap, topics.values()) if topics else {}
+    return [flow_health(f, ctx, ends) for f in flows]

@@ -1,0 +1,78 @@
+"""Which flows `lakehouse stream TABLE` runs, and where a flow stands, read from checkpoint files alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from streaming.context import FlowContext
+from streaming.continuous import UnknownTable, _first_line, flows_for
+from streaming.flows import BY_NAME, FLOWS
+from streaming.health import committed_batch, flow_health, latest_version
+
+
+def test_a_named_table_brings_the_flows_it_reads_from_in_order():
+    names = [f.name for f in flows_for(FLOWS, ["gold_revenue_per_minute"])]
+    assert names == ["bronze_orders", "silver_orders", "gold_revenue_per_minute"]
+    enriched = {f.name for f in flows_for(FLOWS, ["gold_order_lines_enriched"])}
+    assert enriched == {"bronze_orders", "silver_orders", "bronze_products", "silver_products", "dim_products",
+                        "bronze_customers", "silver_customers", "dim_customers", "gold_order_lines_enriched"}
+    assert len(flows_for(FLOWS, [])) == len(FLOWS)
+
+
+def test_an_unknown_table_is_one_sentence():
+    with pytest.raises(UnknownTable, match="No flow writes gold_nope; tables that stream: bronze_page_views"):
+        flows_for(FLOWS, ["gold_nope"])
+
+
+def write_batch(checkpoint: Path, batch: int, sources: list[dict], *, committed: bool) -> None:
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    (checkpoint / "commits").mkdir(parents=True, exist_ok=True)
+    lines = ["v1", json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1_795_000_000_000 + batch})]
+    lines += [json.dumps(s) for s in sources]
+    (checkpoint / "offsets" / str(batch)).write_text("\n".join(lines))
+    if committed:
+        (checkpoint / "commits" / str(batch)).write_text("v1\n{}")
+
+
+def test_kafka_lag_is_the_end_offsets_minus_the_newest_committed_batch(tmp_path):
+    ctx = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap="unused:9092")
+    flow = BY_NAME["bronze_orders"]
+    checkpoint = Path(flow.checkpoint(ctx))
+    write_batch(checkpoint, 0, [{"shop.orders.v1": {"0": 10, "1": 7}}], committed=True)
+    write_batch(checkpoint, 1, [{"shop.orders.v1": {"0": 40, "1": 9}}], committed=True)
+    # Planned but never committed (a kill mid-batch): it does not count as read.
+    write_batch(checkpoint, 2, [{"shop.orders.v1": {"0": 90, "1": 12}}], committed=False)
+    assert committed_batch(str(checkpoint)).batch_id == 1
+    health = flow_health(flow, ctx, {"shop.orders.v1": {0: (0, 100), 1: (0, 9), 2: (5, 20)}})
+    # Partition 2 was never read: all of its retained records (from the low watermark) are behind.
+    assert health.kafka_lag == {"shop.orders.v1/0": 60, "shop.orders.v1/1": 0, "shop.orders.v1/2": 15}
+    assert health.lag_records == 75 and health.batch_id == 1 and not health.caught_up
+
+
+def test_delta_lag_counts_the_source_versions_not_yet_read(tmp_path):
+    ctx = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap="unused:9092")
+    flow = BY_NAME["silver_orders"]
+    log = Path(tmp_path / "lake/bronze/bronze_orders/_delta_log")
+    log.mkdir(parents=True)
+    for v in range(6):
+        (log / f"{v:020d}.json").write_text("{}")
+    assert latest_version(str(log.parent)) == 5
+    checkpoint = Path(flow.checkpoint(ctx))
+    # Read versions up to 3 whole: the next offset names version 4 with nothing of it read (index -1).
+    write_batch(checkpoint, 0, [{"sourceVersion": 1, "reservoirVersion": 4, "index": -1}], committed=True)
+    assert flow_health(flow, ctx, {}).versions_behind == {"bronze_orders": 2}
+    # Delta's end index: version 5 read whole, caught up.
+    write_batch(checkpoint, 1, [{"sourceVersion": 1, "reservoirVersion": 5, "index": 2 ** 63 - 101}], committed=True)
+    health = flow_health(flow, ctx, {})
+    assert health.versions_behind == {"bronze_orders": 0} and health.caught_up
+
+
+def test_a_foreach_batch_failure_is_named_by_its_own_exception_line():
+    text = ("An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n"
+            "  File \"x.py\", line 1, in call\n"
+            "delta.exceptions.captured.ProtocolChangedException: [DELTA_PROTOCOL_CHANGED] The protocol changed.\n")
+    assert _first_line(RuntimeError(text)) == \
+        "ProtocolChangedException: [DELTA_PROTOCOL_CHANGED] The protocol changed."
