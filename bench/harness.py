@@ -426,4 +426,8 @@ def load_now() -> float:
 
 
 def command_line(module: str, argv: Sequence[str] | None) -> str:
-    return " ".join(["python -m", module, *(argv or [])])
+    """How the bench was started, for the record (argv None: this process's own arguments)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    return " ".join(["python -m", module, *args])

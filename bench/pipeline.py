@@ -1,0 +1,249 @@
+"""Bench: bronze -> silver -> gold over the shop's mixed topics, events per second and seconds per layer at two sizes.
+
+    .venv/bin/python -m bench.pipeline [--events 400000] [--small 100000] [--rounds 2] [--no-quality]
+                                       [--quick] [--record] [--no-record]
+
+Issue 9, item 5. Target: >= 50,000 events/s through the whole pipeline at 1.6M events on 2 cores.
+The bench starts its own Kafka broker (KRaft, ports 19400/19401, state in a temporary folder, stopped by
+its PID at the end, also on error), creates every topic from its spec and preloads --small shop events
+(streaming.generator, all five topics, `lakehouse produce`'s fault mix; producing is logged, not a
+figure). It runs the whole catch-up at that size, then sends more events of the same stream until the
+log holds --events and runs it at that size. A catch-up is every flow of streaming.flows.FLOWS in order
+through streaming.runner.run_flow (availableNow, from the earliest offsets, as bench/quality.py's
+catch_up and `lakehouse run` do), each run into a fresh lake root with the FlowContext `lakehouse run`
+builds (orchestration.resources: the project defaults, so the quality gate is ON; --no-quality runs
+with quality=None instead, and the record says which). A catch-up reads each flow's whole backlog in one
+micro-batch.
+
+One warm-up catch-up at the small size (not counted: the JVM's first run), then --rounds catch-ups at
+each size. Each run is timed whole (wall clock) and per layer (the sum of its flows' run times: bronze;
+silver with quarantine, late arrivals and the dimension flows; gold), and per flow. Figures: events
+per second at each size (events in the log / median catch-up time), seconds per layer, and the line
+through the two sizes' medians, time = fixed cost + cost per event x events (per layer too): the fixed
+cost is what 22 flows' queries cost whatever the size, the slope what each event costs. The 1.6M
+figure is the line's prediction unless --events is 1600000 (a run at that size works; it takes long
+here). Peak RSS of the Spark driver JVM and the broker JVM per run (bench/harness.py says how). It
+writes bench/results/pipeline.json and appends a row to docs/benchmarks.md. --quick is a smoke run
+(2,000 and 5,000 events, one run each after the warm-up) that records nothing unless --record is given.
+A figure, never a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import shutil
+import statistics
+from pathlib import Path
+from typing import Callable
+
+from bench import harness
+from bench.harness import say
+
+NAME = "pipeline"
+TARGET_EVENTS_PER_S = 50_000
+TARGET_AT = 1_600_000
+LAYERS = ("bronze", "silver", "gold")
+
+
+def make_side(spark, settings, expected: Callable[[], int], *, quality: bool = True) -> Callable[[str], dict]:
+    """One whole catch-up into a fresh lake (removed afterwards); checks bronze took every event in the log."""
+    from bench.quality import catch_up
+
+    runs_root = Path(settings.home) / "runs"
+    harness.project_context(settings, str(runs_root / "x"))    # imports Dagster's resources once, untimed
+
+    def pipeline(label: str) -> dict:
+        folder = runs_root / label
+        ctx = harness.project_context(settings, str(folder / "lake"))
+        if not quality:
+            ctx = dataclasses.replace(ctx, quality=None)
+        try:
+            result = catch_up(spark, ctx)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        bronze_rows = sum(n for flow, n in result["rows"].items() if flow.startswith("bronze_"))
+        if bronze_rows != expected():
+            raise RuntimeError(f"bronze wrote {bronze_rows} rows, not the {expected()} events in the log")
+        return {"seconds": result["total_s"], "layers_s": result["layers_s"], "flows_s": result["flows_s"],
+                "rows": result["rows"]}
+
+    return pipeline
+
+
+def progress_per_flow() -> None:
+    """The runner's own line per flow run (rows, version, seconds): a catch-up takes minutes, so show it moving."""
+    logging.getLogger("streaming.runner").setLevel(logging.INFO)
+
+
+def describe(events: int) -> Callable[[str, dict], str]:
+    def said(_name: str, run: dict) -> str:
+        layers = run["layers_s"]
+        return (f", {events / run['seconds']:,.0f} events/s (bronze {layers['bronze']:.1f} s, silver "
+                f"{layers['silver']:.1f} s, gold {layers['gold']:.1f} s)")
+    return said
+
+
+def at_size(runs: list[dict], events: int) -> dict:
+    """Medians of the runs at one size: whole, per layer, per flow."""
+    med = statistics.median(r["seconds"] for r in runs)
+    peaks: dict[str, float] = {}
+    for run in runs:
+        for name, value in run["peak_rss_mib"].items():
+            if value is not None:
+                peaks[name] = max(peaks.get(name, 0.0), value)
+    return {
+        "events": events,
+        "median_s": round(med, 3),
+        "events_per_s": round(events / med),
+        "layers_s": {k: round(statistics.median(r["layers_s"][k] for r in runs), 3) for k in LAYERS},
+        "flows_s": {f: round(statistics.median(r["flows_s"][f] for r in runs), 3) for f in runs[0]["flows_s"]},
+        "rows_written": runs[0]["rows"],
+        "max_peak_rss_mib": peaks,
+        "runs": harness.rounded([{k: v for k, v in r.items() if k not in ("flows_s", "rows")} for r in runs]),
+    }
+
+
+def fits(sizes: list[dict]) -> dict:
+    """The least-squares line of time vs events through each size's median, whole and per layer."""
+    xs = [s["events"] for s in sizes]
+    out = {"total": harness.linear_fit(xs, [s["median_s"] for s in sizes])}
+    for layer in LAYERS:
+        out[layer] = harness.linear_fit(xs, [s["layers_s"][layer] for s in sizes])
+    return out
+
+
+def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: int = harness.SEED,
+              quality: bool = True, driver_pid: int | None = None) -> tuple[list[dict], dict]:
+    """Preload and catch up at each size in turn (the log grows between sizes); a warm-up before the first."""
+    events = harness.shop_events(max(sizes), seed=seed)
+    in_log = {"n": 0}
+    side = make_side(spark, settings, lambda: in_log["n"], quality=quality)
+    probes = [harness.PeakMemory("spark_driver", driver_pid), harness.PeakMemory("broker", broker.pid)]
+    out = []
+    for i, size in enumerate(sorted(sizes)):
+        say(f"log: {in_log['n']:,} -> {size:,} shop events")
+        harness.send(events, size - in_log["n"], broker.bootstrap)
+        in_log["n"] = size
+        runs = harness.alternate({"pipeline": side}, rounds, probes=probes, warm_up=i == 0,
+                                 describe=describe(size))["pipeline"]
+        out.append(at_size(runs, size))
+    return out, {p.name: p.method for p in probes}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=400_000,
+                        help="shop events at the large size (default 400000; 1600000 is the target's size, "
+                             "long on this machine)")
+    parser.add_argument("--small", type=int, default=100_000, help="shop events at the small size (default 100000)")
+    parser.add_argument("--rounds", type=int, default=2, help="timed catch-ups per size (default 2)")
+    parser.add_argument("--no-quality", action="store_true",
+                        help="quality=None instead of the project default (the quality gate on)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 2000 and 5000 events, 1 run each after the warm-up; records nothing "
+                             "unless --record")
+    parser.add_argument("--record", action="store_true", help="with --quick: write the JSON and the docs row anyway")
+    parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
+    parser.add_argument("--seed", type=int, default=harness.SEED, help="generator seed (default 7, as lakehouse produce)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.small, args.events, args.rounds = 2_000, 5_000, 1
+    if not 0 < args.small < args.events:
+        parser.error(f"--small ({args.small}) must be above 0 and below --events ({args.events})")
+    record = not args.no_record and (args.record or not args.quick)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    progress_per_flow()
+
+    started_at = harness.utc_now()
+    where = harness.machine()
+    quality = not args.no_quality
+    say(f"bench.pipeline: {args.small:,} then {args.events:,} shop events, {args.rounds} catch-ups each, quality "
+        f"gate {'on' if quality else 'off'}; {where}")
+    with harness.bench_home(NAME) as settings, harness.private_broker(settings) as broker, \
+            harness.spark_session(settings, NAME) as (spark, driver_pid):
+        from streaming.flows import FLOWS
+
+        sizes, memory_method = run_sizes(spark, settings, broker, [args.small, args.events], args.rounds,
+                                         seed=args.seed, quality=quality, driver_pid=driver_pid)
+        spark_conf = {"master": settings.spark_master, "shuffle_partitions": settings.spark_shuffle_partitions,
+                      "driver_memory": settings.spark_driver_memory}
+    line = fits(sizes)
+    large = sizes[-1]
+    measured_at_target = large["events"] == TARGET_AT
+    at_target = large["events_per_s"] if measured_at_target else round(TARGET_AT / line["total"].predict(TARGET_AT))
+    result = {
+        "bench": NAME,
+        "date": started_at.isoformat(timespec="seconds"),
+        "machine": where,
+        "load_end": harness.load_now(),
+        "command": harness.command_line("bench.pipeline", argv),
+        "input": "streaming.generator shop events, all topics, lakehouse produce's fault mix (Mix())",
+        "seed": args.seed,
+        "flows": len(FLOWS),
+        "quality": "on: the quality gate, as lakehouse run (project default)" if quality else "off: quality=None",
+        "spark": spark_conf,
+        "rounds": args.rounds, "warm_up": "one catch-up at the small size",
+        "sizes": sizes,
+        "fit": {k: v.as_dict() for k, v in line.items()},
+        "fit_note": "a line through the two sizes' medians (exact with two points: no R^2)",
+        "events_per_s_at_1_6M": at_target,
+        "events_per_s_at_1_6M_is": "measured" if measured_at_target else "extrapolated from the line",
+        "target": f">= {TARGET_EVENTS_PER_S:,} events/s at {TARGET_AT:,} events",
+        "target_met": at_target >= TARGET_EVENTS_PER_S,
+        "peak_memory_method": memory_method,
+    }
+    print("\n" + summary(result), flush=True)
+    if record:
+        harness.record(NAME, result, docs_row(result))
+    else:
+        print(json.dumps(result, indent=2))
+    return 0
+
+
+def layer_text(size: dict) -> str:
+    l = size["layers_s"]
+    return f"bronze {l['bronze']:.1f} s, silver {l['silver']:.1f} s, gold {l['gold']:.1f} s"
+
+
+def summary(result: dict) -> str:
+    lines = [f"{s['events']:,} events: {s['events_per_s']:,} events/s (median {s['median_s']:.1f} s; "
+             f"{layer_text(s)})" for s in result["sizes"]]
+    f = result["fit"]
+    lines.append(f"fixed cost {f['total']['intercept_s']:.1f} s, {f['total']['slope_us_per_event']:.1f} µs/event "
+                 f"(bronze {f['bronze']['intercept_s']:.1f} s + {f['bronze']['slope_us_per_event']:.1f} µs, silver "
+                 f"{f['silver']['intercept_s']:.1f} s + {f['silver']['slope_us_per_event']:.1f} µs, gold "
+                 f"{f['gold']['intercept_s']:.1f} s + {f['gold']['slope_us_per_event']:.1f} µs)")
+    slow = sorted(result["sizes"][-1]["flows_s"].items(), key=lambda kv: -kv[1])[:4]
+    lines.append("slowest flows at the large size: " + ", ".join(f"{n} {s:.1f} s" for n, s in slow))
+    lines.append(f"at 1.6M events: {result['events_per_s_at_1_6M']:,} events/s ({result['events_per_s_at_1_6M_is']}); "
+                 f"target {result['target']}: {harness.met(result['target_met'])}")
+    return "\n".join(lines)
+
+
+def docs_row(result: dict) -> str:
+    small, large = result["sizes"][0], result["sizes"][-1]
+    f = result["fit"]
+    date = result["date"][:16].replace("T", " ")
+    size_note = "" if large["events"] == TARGET_AT else f" ({TARGET_AT:,} takes too long here: extrapolated)"
+    return harness.docs_row(
+        date, f"`{result['command']}`",
+        f"shop events (5 topics, produce's fault mix); whole catch-up, {result['flows']} flows via run_flow, "
+        f"availableNow, fresh lake each run, quality gate {'on (project default)' if 'on' in result['quality'] else 'off'}; "
+        f"{small['events']:,} and {large['events']:,} events{size_note}, median of {result['rounds']} runs per size "
+        f"after a warm-up; before = small size, after = large size",
+        f"{small['events']:,}: {small['median_s']:.1f} s, {small['events_per_s']:,} events/s ({layer_text(small)})",
+        f"{large['events']:,}: {large['median_s']:.1f} s, {large['events_per_s']:,} events/s ({layer_text(large)}); "
+        f"peak RSS driver {large['max_peak_rss_mib'].get('spark_driver')} MiB, broker "
+        f"{large['max_peak_rss_mib'].get('broker')} MiB",
+        f"fixed cost {f['total']['intercept_s']:.1f} s + {f['total']['slope_us_per_event']:.1f} µs/event; at 1.6M "
+        f"{result['events_per_s_at_1_6M']:,} events/s ({result['events_per_s_at_1_6M_is']}); target "
+        f">= {TARGET_EVENTS_PER_S:,} events/s {harness.met(result['target_met'])}",
+        f"{result['machine']}, {result['load_end']} at the end",
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

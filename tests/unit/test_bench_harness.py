@@ -1,0 +1,86 @@
+"""The benches' harness: its pure logic only (no broker, no Spark, no timings asserted)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import harness, run
+
+
+def test_round_order_swaps_two_sides_each_round():
+    assert harness.round_order(["a", "b"], 0) == ["a", "b"]
+    assert harness.round_order(["a", "b"], 1) == ["b", "a"]
+    assert harness.round_order(["a", "b"], 2) == ["a", "b"]
+
+
+def test_round_order_puts_each_of_three_sides_first_once_in_three_rounds():
+    orders = [harness.round_order(["a", "b", "c"], r) for r in range(3)]
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    assert {o[0] for o in orders} == {"a", "b", "c"}
+    assert harness.round_order([], 3) == []
+
+
+def test_alternate_warms_up_each_side_then_rotates_the_first_side():
+    calls = []
+
+    def side(name):
+        return lambda label: calls.append(label) or {"seconds": 1.0, "n": name}
+
+    runs = harness.alternate({"a": side("a"), "b": side("b")}, 3)
+    assert calls == ["warm-up-a", "warm-up-b", "round1-a", "round1-b", "round2-b", "round2-a", "round3-a", "round3-b"]
+    assert [r["round"] for r in runs["a"]] == [1, 2, 3]
+    assert [r["position"] for r in runs["a"]] == [1, 2, 1]
+    assert all(r["seconds"] == 1.0 and r["n"] == "a" for r in runs["a"])
+
+
+def test_alternate_times_a_side_that_does_not_time_itself():
+    runs = harness.alternate({"a": lambda label: None}, 1, warm_up=False)
+    assert runs["a"][0]["seconds"] == runs["a"][0]["wall_s"] >= 0
+
+
+def test_median_ratio_is_the_median_of_the_rounds_ratios_not_the_ratio_of_medians():
+    a, b = [10.0, 30.0, 100.0], [10.0, 10.0, 1000.0]      # ratios 1, 3, 0.1
+    assert harness.median_ratio(a, b) == 1.0
+    assert 30.0 / 10.0 != harness.median_ratio(a, b)      # what the ratio of the medians would say
+    with pytest.raises(ValueError):
+        harness.median_ratio([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError):
+        harness.median_ratio([], [])
+
+
+def test_linear_fit_finds_slope_intercept_and_r2():
+    fit = harness.linear_fit([100, 200, 400], [12.0, 22.0, 42.0])
+    assert fit.slope == pytest.approx(0.1)
+    assert fit.intercept == pytest.approx(2.0)
+    assert fit.r2 == pytest.approx(1.0)
+    assert all(abs(r) < 1e-9 for r in fit.residuals)
+    assert fit.predict(1000) == pytest.approx(102.0)
+    bent = harness.linear_fit([1, 2, 3], [1.0, 4.0, 9.0])
+    assert bent.r2 < 1.0 and max(abs(r) for r in bent.residuals) > 0.1
+
+
+def test_linear_fit_through_two_points_has_no_r2():
+    fit = harness.linear_fit([1000, 4000], [5.0, 11.0])
+    assert fit.r2 is None
+    assert fit.as_dict()["slope_us_per_event"] == pytest.approx(2000.0)
+    with pytest.raises(ValueError):
+        harness.linear_fit([5, 5], [1.0, 2.0])
+
+
+def test_docs_row_is_one_markdown_row_with_escaped_pipes():
+    row = harness.docs_row("2026-11-23 10:00", "`python -m bench.ingest`", "a | b", "two\nlines")
+    assert row == "| 2026-11-23 10:00 | `python -m bench.ingest` | a \\| b | two lines |\n"
+    assert row.count(" | ") == 3
+
+
+def test_bench_ports_are_the_benches_own():
+    assert (harness.KAFKA_PORT, harness.KAFKA_CONTROLLER_PORT) == (19400, 19401)
+
+
+def test_run_lists_the_benches_and_refuses_an_unknown_one(capsys):
+    assert run.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in ("ingest", "pipeline", "growth"):
+        assert name in out
+    assert run.main(["nonesuch"]) == 2
+    assert "nonesuch" in capsys.readouterr().err
