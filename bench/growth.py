@@ -182,10 +182,10 @@ def docs_row(result: dict) -> str:
         f"{'on' if result['pipeline']['quality'].startswith('on') else 'off'}; warm-up before the first size; "
         f"least squares through each size's median; before = ingest, after = pipeline",
         "bronze flow " + fit_text(f["ingest_bronze"]) + "; bare Spark " + fit_text(f["ingest_bare"])
-        + f"; bronze {', '.join(f'{s['bronze']['events_per_s']:,}' for s in ing)} events/s",
+        + "; bronze " + ", ".join(f"{s['bronze']['events_per_s']:,}" for s in ing) + " events/s",
         "whole " + fit_text(f["pipeline"]) + f" (bronze {f['pipeline_bronze']['slope_us_per_event']:.1f}, silver "
         f"{f['pipeline_silver']['slope_us_per_event']:.1f}, gold {f['pipeline_gold']['slope_us_per_event']:.1f} µs/event); "
-        f"{', '.join(f'{s['events_per_s']:,}' for s in pipe)} events/s",
+        + ", ".join(f"{s['events_per_s']:,}" for s in pipe) + " events/s",
         f"pipeline R^2 {f['pipeline']['r2']:.4f}, largest residual {f['pipeline']['max_residual_share']:.1%} of its "
         f"time; bronze flow R^2 {f['ingest_bronze']['r2']:.4f} ({f['ingest_bronze']['max_residual_share']:.1%}); "
         "no target (shape of growth)",
