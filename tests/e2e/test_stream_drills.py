@@ -1,0 +1,89 @@
+"""The fault drills of bench/drills.py, scaled down for CI: `lakehouse stream gold_revenue_per_minute
+silver_page_views` killed with SIGKILL (its whole process group) three times while events are produced,
+and the broker killed once under it; each time nothing is lost or duplicated in any layer, every silver
+and gold table equals the batch lane's recomputation, and gold_revenue_per_minute equals plain Python.
+
+The full drills (`python -m bench.drill_crash`, `python -m bench.drill_broker_loss`) run the same code
+with 20 kills and several losses over more tables and events.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.drills import DrillReport, run_broker_loss, run_crash
+from infra.kafka_broker import local_node
+from infra.settings import Settings
+from schemas import topics
+from streaming.kafka_topics import ensure_topics
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.integration
+
+TABLES = ("gold_revenue_per_minute", "silver_page_views")   # 5 flows: bronze and silver of two topics, one gold
+
+
+@pytest.fixture
+def crash_broker(jars_dir: str, tmp_path_factory: pytest.TempPathFactory):
+    """A broker of the crash test's own (its topics start empty), on free ports, stopped by PID."""
+    home = tmp_path_factory.mktemp("drill-crash")
+    settings = Settings(home=str(home), jars_dir=jars_dir, kafka_port=free_port(), kafka_controller_port=free_port(),
+                        spark_shuffle_partitions=2)
+    node = local_node(settings)
+    node.start(jars_dir)
+    try:
+        yield settings
+    finally:
+        node.stop()
+    assert node.read_pid() is None
+
+
+def assert_exact(report: DrillReport) -> None:
+    text = report.text()
+    assert report.error is None, text
+    assert report.exit_code == 0, text                       # SIGTERM after the drill: a clean stop
+    assert report.unresolved == 0 and report.acked > 0, text
+    layers = {c.layer for c in report.checks}
+    assert layers == {"bronze", "silver", "batch lane", "plain Python"}, text
+    # Each layer was checked on real rows, and the batch lane covered the three tables after bronze.
+    assert all(c.checked > 0 for c in report.checks if c.table != "late_arrivals"), text
+    assert {c.table for c in report.checks if c.layer == "batch lane"} == {
+        "silver_page_views", "silver_orders", "gold_revenue_per_minute"}, text
+    assert [c for c in report.checks if c.differences] == [], text
+    assert report.differences == 0 and report.passed, text
+
+
+def test_crash_three_kills_lose_and_duplicate_nothing(spark, crash_broker, tmp_path):
+    """kill -9 of the stream's process group (Python and Spark JVM) three times at random points after a commit,
+    a restart each time; then the lake holds each acknowledged record exactly once in every layer."""
+    ensure_topics(crash_broker.kafka_bootstrap, topics.ALL)
+    report = run_crash(crash_broker, kills=3, events=1500, seed=31, tables=TABLES, spark=spark, workdir=tmp_path,
+                       max_delay_s=4, reach_s=25, cycle_guess_s=45, commit_timeout_s=240, catch_up_s=240)
+    print(report.text())
+    assert len(report.events) == 3 and report.restarts == 3, report.text()
+    # The whole group died each time, the Spark JVM with it (StreamProcess.kill also checks /proc for survivors).
+    assert all(any(name == "java" for _, name in e.killed) for e in report.events), report.text()
+    assert sum(e.producing for e in report.events) >= 1, report.text()
+    assert report.failed == 0 and report.acked == report.sent == 1500, report.text()
+    assert_exact(report)
+
+
+def test_broker_loss_the_stream_resumes_by_itself(spark, broker, jars_dir, tmp_path):
+    """kill -9 of the broker (the conftest fixture's) mid-stream while producing, started again 25 s later (past
+    the stream's 20 s broker watchdog): the stream restarts its Kafka flows by itself, the producer's buffered
+    records arrive once each, and the fixture's broker is running again afterwards (same launcher, same data)."""
+    ensure_topics(broker.kafka_bootstrap, topics.ALL)
+    node = local_node(broker)
+    pid_before = node.read_pid()
+    report = run_broker_loss(broker, losses=1, down_s=(25.0,), events=1500, seed=37, tables=TABLES, spark=spark,
+                             workdir=tmp_path, rate=8.0, settle_s=6, commit_timeout_s=240, catch_up_s=240)
+    print(report.text())
+    pid_after = node.read_pid()
+    assert pid_after is not None and pid_after != pid_before, "the fixture's broker must be running again"
+    (loss,) = report.events
+    assert loss.producing and loss.recovered_s is not None, report.text()
+    # Resumed by itself: the watchdog stopped the Kafka flows and the supervisor restarted them with backoff.
+    assert report.watchdog_stops >= 1 and report.stream_restarts >= 1, report.text()
+    # Only what the broker acknowledged must arrive; with a 25 s outage every record is acknowledged in the end.
+    assert report.failed == 0 and report.acked == report.sent == 1500, report.text()
+    assert_exact(report)
