@@ -83,8 +83,7 @@ def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
         pid_file(settings).unlink(missing_ok=True)
-        if args.stop_spark:
-            spark.stop()
+        spark.stop()     # else the JVM can outlive this process while a stopped query's thread unwinds
     log.info("stopped after %.0f s; every checkpoint is consistent, a restart resumes where this stopped",
              time.monotonic() - started)
     return 0
@@ -199,7 +198,7 @@ def add_stream_commands(sub: argparse._SubParsersAction) -> None:
                     "query finish its micro-batch, then stops it.")
     p.add_argument("tables", nargs="*", metavar="TABLE", help="tables to stream, e.g. silver_orders (default: all)")
     p.add_argument("--no-dagster", action="store_true", help="do not report to the Dagster instance")
-    p.set_defaults(fn=cmd_stream, stop_spark=False)
+    p.set_defaults(fn=cmd_stream)
 
     p = sub.add_parser(
         "status", help="each stream's last batch, lag and freshness (no Spark needed: answers in seconds)",

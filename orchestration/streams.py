@@ -81,10 +81,8 @@ class DagsterReporter:
 def last_stream_report(instance: dg.DagsterInstance, key: dg.AssetKey) -> float | None:
     """Epoch seconds of the stream's newest report (materialization or observation) for an asset."""
     newest = None
-    for kind in (dg.DagsterEventType.ASSET_MATERIALIZATION, dg.DagsterEventType.ASSET_OBSERVATION):
-        records = instance.get_event_records(dg.EventRecordsFilter(event_type=kind, asset_key=key), limit=20,
-                                             ascending=False)
-        for record in records:
+    for fetch in (instance.fetch_materializations, instance.fetch_observations):
+        for record in fetch(key, limit=20).records:
             entry = record.event_log_entry
             event = entry.asset_materialization or entry.asset_observation
             source = event.metadata.get("source") if event is not None else None
@@ -224,6 +222,12 @@ def build_stream_sensor(declared: tuple = sources.SOURCES) -> dg.SensorDefinitio
                            "streams' freshness and lag checks; launches no run.")
     def stream_health(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         """Observe the topics and the streams' health."""
-        return dg.SensorResult(asset_events=observe(Settings.from_env(), context.instance, declared))
+        events = observe(Settings.from_env(), context.instance, declared)
+        checks = [e for e in events if isinstance(e, dg.AssetCheckEvaluation)]
+        failing = [f"{e.asset_key.to_user_string()} {e.check_name}" for e in checks if not e.passed]
+        said = (f"observed {len(events) - len(checks)} topics; {len(failing)} of {len(checks)} checks failing"
+                + (f": {', '.join(failing[:5])}{' ...' if len(failing) > 5 else ''}" if failing else "")
+                + " (this sensor launches no run)")
+        return dg.SensorResult(asset_events=events, skip_reason=dg.SkipReason(said))
 
     return stream_health

@@ -18,7 +18,10 @@ import dagster as dg
 import pytest
 
 from infra.settings import Settings
-from orchestration.streams import FRESHNESS_CHECK, STREAM_TAG, freshness_evaluation, lag_evaluation
+from orchestration.assets import topic_key
+from orchestration.streams import (
+    FRESHNESS_CHECK, STREAM_TAG, build_stream_sensor, freshness_evaluation, lag_evaluation,
+)
 from schemas import tables, topics
 from streaming.context import FlowContext
 from streaming.flows import BY_NAME
@@ -105,7 +108,7 @@ def expected_revenue(orders: list[dict]) -> dict:
     return dict(acc)
 
 
-def test_stream_alternates_with_catch_up_and_dagster_sees_it(spark, broker, tmp_path):
+def test_stream_alternates_with_catch_up_and_dagster_sees_it(spark, broker, tmp_path, monkeypatch):
     settings = broker
     ensure_topics(settings.kafka_bootstrap, topics.ALL)
     ctx = FlowContext(lake_root=settings.lake_root, kafka_bootstrap=settings.kafka_bootstrap)
@@ -156,8 +159,24 @@ def test_stream_alternates_with_catch_up_and_dagster_sees_it(spark, broker, tmp_
     health = stream_health([BY_NAME[f] for f in FLOWS], ctx)
     lag = lag_evaluation(topics.ORDERS, health, limit=10)
     assert not lag.passed
-    assert getattr(lag.metadata["max_lag_records"], "value", lag.metadata["max_lag_records"]) == phase2
+    assert _value(lag.metadata["max_lag_records"]) == phase2
     assert lag_evaluation(topics.ORDERS, health, limit=phase2).passed
+
+    # The sensor, as the daemon runs it: topics observed as they are now, both checks red.
+    for name, value in env_for(settings, LAKEHOUSE_STREAM_FRESHNESS="3 seconds", LAKEHOUSE_STREAM_LAG_LIMIT="10").items():
+        if name.startswith("LAKEHOUSE_"):
+            monkeypatch.setenv(name, value)
+    result = build_stream_sensor()(dg.build_sensor_context(instance=instance))
+    observed = {e.asset_key: e for e in result.asset_events if isinstance(e, dg.AssetObservation)}
+    orders = observed[topic_key(topics.ORDERS)].metadata
+    assert _value(orders["retained_records"]) == len(coords)
+    assert _value(orders["consumer_lag"])["bronze_orders"] and _value(orders["lag_records"]) == phase2
+    checks = {(e.asset_key.to_user_string(), e.check_name): e.passed for e in result.asset_events
+              if isinstance(e, dg.AssetCheckEvaluation)}
+    assert checks[("gold_revenue_per_minute", FRESHNESS_CHECK)] is False
+    assert checks[("silver_orders", FRESHNESS_CHECK)] is False
+    assert checks[(topic_key(topics.ORDERS).to_user_string(), "consumer_lag")] is False
+    assert checks[(topic_key(topics.BY_NAME["shop.payments.v1"]).to_user_string(), "consumer_lag")] is True   # nobody reads it
 
     # 3. Triggered: a catch-up on the same lake and checkpoints takes the new events.
     for name in FLOWS:
@@ -193,3 +212,7 @@ def test_stream_alternates_with_catch_up_and_dagster_sees_it(spark, broker, tmp_
 def _stream_reports(instance: dg.DagsterInstance, table: str) -> list:
     records = instance.fetch_materializations(dg.AssetKey(table), limit=50).records
     return [r for r in records if r.asset_materialization.metadata.get("source").value == STREAM_TAG]
+
+
+def _value(meta):
+    return getattr(meta, "value", getattr(meta, "data", meta))
