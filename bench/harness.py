@@ -52,7 +52,7 @@ SEED = 7                                           # lakehouse produce's default
 
 __all__ = ["HEADER", "ROOT", "TABLE_MD", "machine", "say", "bench_home", "private_broker", "spark_session",
            "send", "order_events", "shop_events", "alternate", "median_ratio", "round_order", "linear_fit",
-           "PeakMemory", "record", "docs_row", "utc_now", "project_context"]
+           "PeakMemory", "QueryClock", "record", "docs_row", "utc_now", "project_context"]
 
 
 def say(message: str) -> None:
@@ -237,6 +237,69 @@ def project_context(settings, lake_root: str):
 
     resources = build_resources(dataclasses.replace(settings, lake_root=lake_root))
     return resources["lake"].flow_context(resources["kafka"])
+
+
+class QueryClock:
+    """How long each streaming query spent in its micro-batches (Spark's triggerExecution), by a query listener.
+
+    A run's time minus its queries' batch time is what it spends outside them: starting and stopping
+    queries, checkpoint and Delta-history reads, the runner's own bookkeeping. Listener events arrive
+    asynchronously; `since` waits (at most `wait_s`) until the queries it reports have terminated.
+    """
+
+    def __init__(self, spark):
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        clock = self
+        self.queries: dict[str, dict[str, Any]] = {}      # query id -> name, order, batch ms, batches, done
+        self._lock = threading.Lock()
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event):
+                with clock._lock:
+                    clock.queries[str(event.id)] = {"name": event.name, "order": len(clock.queries),
+                                                    "trigger_ms": 0, "batches": 0, "done": False}
+
+            def onQueryProgress(self, event):
+                progress = event.progress
+                with clock._lock:
+                    query = clock.queries.setdefault(str(progress.id), {
+                        "name": progress.name, "order": len(clock.queries), "trigger_ms": 0, "batches": 0,
+                        "done": False})
+                    query["trigger_ms"] += int((progress.durationMs or {}).get("triggerExecution", 0))
+                    query["batches"] += 1
+
+            def onQueryIdle(self, event):
+                pass
+
+            def onQueryTerminated(self, event):
+                with clock._lock:
+                    if str(event.id) in clock.queries:
+                        clock.queries[str(event.id)]["done"] = True
+
+        self.listener = Listener()
+        spark.streams.addListener(self.listener)
+
+    def mark(self) -> int:
+        with self._lock:
+            return len(self.queries)
+
+    def since(self, mark: int, *, wait_s: float = 5.0) -> dict[str, float]:
+        """Seconds in micro-batches per query name, for the queries started after `mark`."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self._lock:
+                found = [q for q in self.queries.values() if q["order"] >= mark]
+                if all(q["done"] for q in found) or time.monotonic() > deadline:
+                    out: dict[str, float] = {}
+                    for q in found:
+                        out[q["name"]] = out.get(q["name"], 0.0) + q["trigger_ms"] / 1000
+                    return out
+            time.sleep(0.05)
+
+    def close(self, spark) -> None:
+        with contextlib.suppress(Exception):
+            spark.streams.removeListener(self.listener)
 
 
 # ---------------------------------------------------------------- events
