@@ -19,6 +19,7 @@ BENCHES: dict[str, tuple[str, str]] = {
                                "and R^2: does the time grow linearly?"),
     "quality": ("bench.quality", "what the quality gate costs a whole catch-up, with vs without validation"),
     "compaction": ("bench.compaction", "a gold query on many small files, before and after OPTIMIZE ZORDER BY"),
+    "freshness": ("bench.freshness", "send -> silver and send -> gold delay (p50/p95/p99) of `lakehouse stream` at fixed rates"),
 }
 
 
