@@ -63,7 +63,7 @@ Coords = tuple[str, int, int]
 ROOT = Path(__file__).resolve().parents[1]
 LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
 PORTS = {"crash": (19420, 19421), "broker-loss": (19422, 19423)}   # this module's brokers: 19420-19429 only
-# The drills' default selection: the orders and page-view pipelines up to three gold tables (9 flows).
+# The drills' default selection: the orders and page-view pipelines up to three gold tables (7 flows).
 DEFAULT_TABLES = ("gold_revenue_per_minute", "gold_page_views_per_product_minute", "gold_revenue_hopping")
 EVENTS_PER_SECOND_OF_EVENT_TIME = 20.0
 
@@ -664,10 +664,14 @@ def _repace(producer: SteadyProducer, t0: float, done: int, total: int) -> None:
 
 def run_crash(settings: Any, *, kills: int = 20, events: int = 20_000, seed: int = 7,
               tables: Sequence[str] = DEFAULT_TABLES, spark: Any | Callable[[], Any], workdir: Path,
-              max_delay_s: float = 15.0, reach_s: float = 90.0, rate: float | None = None, cycle_guess_s: float = 90.0,
-              commit_timeout_s: float = 600,
+              max_delay_s: float = 15.0, reach_s: float = 90.0, targets: Sequence[str] | None = None,
+              rate: float | None = None, cycle_guess_s: float = 90.0, commit_timeout_s: float = 600,
               catch_up_s: float = 900, extra_env: dict[str, str] | None = None) -> DrillReport:
-    """Kill -9 `lakehouse stream` `kills` times while producing, restart it each time, then check the lake."""
+    """Kill -9 `lakehouse stream` `kills` times while producing, restart it each time, then check the lake.
+
+    Kill n comes a random 0..`max_delay_s` after a commit of flow `targets[n % len(targets)]` (default: a flow
+    drawn at random), or of any flow when that one commits nothing within `reach_s` of the run's first commit.
+    """
     rng = random.Random(seed)
     env = stream_env(settings, **(extra_env or {}))
     flows = _flows(tables)
@@ -685,7 +689,8 @@ def run_crash(settings: Any, *, kills: int = 20, events: int = 20_000, seed: int
         for n in range(1, kills + 1):
             # A random flow of the stream: the kill comes after one of its commits (any flow's if it has none
             # within `reach_s` of the run's first commit), so that kills land in every layer's batches.
-            target = rng.choice(flows)
+            by_name = {f.name: f for f in flows}
+            target = by_name[targets[(n - 1) % len(targets)]] if targets else rng.choice(flows)
             after = wait_for_commit(stream, flows, settings.lake_root, before, commit_timeout_s,
                                     f"a batch before kill {n}")
             if n > 1:

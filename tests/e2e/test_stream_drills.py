@@ -54,11 +54,13 @@ def assert_exact(report: DrillReport) -> None:
 
 
 def test_crash_three_kills_lose_and_duplicate_nothing(spark, crash_broker, tmp_path):
-    """kill -9 of the stream's process group (Python and Spark JVM) three times at random points after a commit,
+    """kill -9 of the stream's process group (Python and Spark JVM) three times, a random 0-4 s after a commit of
+    bronze, then of silver, then of gold (where that layer commits within a minute of the run's first commit),
     a restart each time; then the lake holds each acknowledged record exactly once in every layer."""
     ensure_topics(crash_broker.kafka_bootstrap, topics.ALL)
     report = run_crash(crash_broker, kills=3, events=1500, seed=31, tables=TABLES, spark=spark, workdir=tmp_path,
-                       max_delay_s=4, reach_s=25, cycle_guess_s=45, commit_timeout_s=240, catch_up_s=240)
+                       max_delay_s=4, reach_s=60, targets=("bronze_orders", "silver_orders", "gold_revenue_per_minute"),
+                       cycle_guess_s=60, commit_timeout_s=300, catch_up_s=300)
     print(report.text())
     assert len(report.events) == 3 and report.restarts == 3, report.text()
     # The whole group died each time, the Spark JVM with it (StreamProcess.kill also checks /proc for survivors).
