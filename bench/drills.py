@@ -63,8 +63,8 @@ Coords = tuple[str, int, int]
 ROOT = Path(__file__).resolve().parents[1]
 LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
 PORTS = {"crash": (19420, 19421), "broker-loss": (19422, 19423)}   # this module's brokers: 19420-19429 only
-# The drills' default selection: the orders and page-view pipelines up to three gold tables (7 flows).
-DEFAULT_TABLES = ("gold_revenue_per_minute", "gold_page_views_per_product_minute", "gold_revenue_hopping")
+# The drills' default selection: the orders and page-view pipelines up to a gold table each (6 flows).
+DEFAULT_TABLES = ("gold_revenue_per_minute", "gold_page_views_per_product_minute")
 EVENTS_PER_SECOND_OF_EVENT_TIME = 20.0
 
 
@@ -664,13 +664,16 @@ def _repace(producer: SteadyProducer, t0: float, done: int, total: int) -> None:
 
 def run_crash(settings: Any, *, kills: int = 20, events: int = 20_000, seed: int = 7,
               tables: Sequence[str] = DEFAULT_TABLES, spark: Any | Callable[[], Any], workdir: Path,
-              max_delay_s: float = 15.0, reach_s: float = 90.0, targets: Sequence[str] | None = None,
+              max_delay_s: float = 15.0, reach_s: float = 300.0, targets: Sequence[str] | None = None,
               rate: float | None = None, cycle_guess_s: float = 90.0, commit_timeout_s: float = 600,
               catch_up_s: float = 900, extra_env: dict[str, str] | None = None) -> DrillReport:
     """Kill -9 `lakehouse stream` `kills` times while producing, restart it each time, then check the lake.
 
-    Kill n comes a random 0..`max_delay_s` after a commit of flow `targets[n % len(targets)]` (default: a flow
-    drawn at random), or of any flow when that one commits nothing within `reach_s` of the run's first commit.
+    Kill n comes a random 0..`max_delay_s` after a commit of flow `targets[n % len(targets)]` (default: a layer
+    drawn at random, then one of its flows), or of any flow when that one commits nothing within `reach_s` of
+    the run's first commit. Aiming at a layer matters on a loaded machine: a restarted stream commits bronze
+    within a minute but silver and gold only after their first (larger) batch, so kills after any commit
+    would all come after bronze's, and the downstream flows would never commit between kills.
     """
     rng = random.Random(seed)
     env = stream_env(settings, **(extra_env or {}))
@@ -690,7 +693,11 @@ def run_crash(settings: Any, *, kills: int = 20, events: int = 20_000, seed: int
             # A random flow of the stream: the kill comes after one of its commits (any flow's if it has none
             # within `reach_s` of the run's first commit), so that kills land in every layer's batches.
             by_name = {f.name: f for f in flows}
-            target = by_name[targets[(n - 1) % len(targets)]] if targets else rng.choice(flows)
+            if targets:
+                target = by_name[targets[(n - 1) % len(targets)]]
+            else:
+                layer = rng.choice(sorted({f.target.layer for f in flows}))
+                target = rng.choice([f for f in flows if f.target.layer == layer])
             after = wait_for_commit(stream, flows, settings.lake_root, before, commit_timeout_s,
                                     f"a batch before kill {n}")
             if n > 1:
@@ -731,7 +738,7 @@ def run_broker_loss(settings: Any, *, losses: int = 3, down_s: Sequence[float] =
                     extra_env: dict[str, str] | None = None) -> DrillReport:
     """Kill -9 the broker `losses` times mid-stream while producing, start it again after `down_s` (cycled);
     the stream must resume by itself; then check the lake. The broker is running again at the end."""
-    from infra.kafka_broker import local_node
+    from infra.kafka_broker import BrokerError, local_node
     from schemas.topics import TopicSpec
 
     rng = random.Random(seed)
@@ -780,7 +787,7 @@ def run_broker_loss(settings: Any, *, losses: int = 3, down_s: Sequence[float] =
             if rate is None:
                 _repace(producer, t0, n, losses)
         _finish(report, stream, producer, flows, settings, env, spark, t0, catch_up_s)
-    except (DrillError, KeyboardInterrupt) as exc:
+    except (DrillError, BrokerError, KeyboardInterrupt) as exc:
         report.error = str(exc) or type(exc).__name__
     finally:
         stream.ensure_stopped()
@@ -827,6 +834,9 @@ def _parser(name: str) -> argparse.ArgumentParser:
         p.add_argument("--events", type=int, default=20_000, help="events produced over the drill (default 20000)")
         p.add_argument("--max-delay", type=float, default=15.0,
                        help="each kill comes a random 0..this many seconds after a commit (default 15)")
+        p.add_argument("--reach", type=float, default=300.0,
+                       help="each kill waits up to this many seconds after the run's first commit for a commit of "
+                            "a flow of a layer drawn at random, so that kills land in every layer (default 300)")
         p.add_argument("--rate", type=float, default=None,
                        help="events per second (default: paced so that production spans every kill)")
     else:
@@ -885,7 +895,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ensure_topics(node.bootstrap, topics.ALL)
         if name == "crash":
             report = run_crash(settings, kills=args.kills, events=args.events, seed=args.seed, tables=args.tables,
-                               spark=spark, workdir=home, max_delay_s=args.max_delay, rate=args.rate, extra_env=extra)
+                               spark=spark, workdir=home, max_delay_s=args.max_delay, reach_s=args.reach, rate=args.rate,
+                               extra_env=extra)
         else:
             down = [float(x) for x in args.down.split(",") if x.strip()]
             report = run_broker_loss(settings, losses=args.losses, down_s=down, events=args.events, seed=args.seed,
