@@ -84,7 +84,7 @@ class BadRecord:
 
     @property
     def expected(self) -> str:
-        """Where it must end up, in words: `quarantine wrong_type/customer_id`, `silver`, `refused MSG_SIZE_TOO_LARGE`."""
+        """Where it must end up, in words: `quarantine wrong_type/customer_id`, `silver`, `refused <error>`."""
         if self.outcome == "quarantine":
             return f"quarantine {self.reason}" + (f"/{self.detail}" if self.detail else "")
         if self.outcome == "refused":
@@ -189,7 +189,8 @@ def corpus(tag: str = "0", *, now: datetime | None = None) -> list[BadRecord]:
     add("nan_literal", "NaN as a number (not JSON)", O,
         encode(ev("nan_literal", O, total_cents="\u0002")).replace(b'"\\u0002"', b"NaN"), Q, R.MALFORMED_JSON)
     add("infinity_literal", "-Infinity as a number (not JSON)", P,
-        encode(ev("infinity_literal", P, amount_cents="\u0002")).replace(b'"\\u0002"', b"-Infinity"), Q, R.MALFORMED_JSON)
+        encode(ev("infinity_literal", P, amount_cents="\u0002")).replace(b'"\\u0002"', b"-Infinity"),
+        Q, R.MALFORMED_JSON)
     add("deep_nesting", f"{DEEP:,} levels of nested arrays in a field (the parser accepts 1,000)", V,
         deep_nested(ev("deep_nesting", V), "referrer", DEEP), Q, R.MALFORMED_JSON)
     add("deep_nesting_at_limit", "a field nested so that the document is exactly 1,000 levels deep, the most "
@@ -205,7 +206,8 @@ def corpus(tag: str = "0", *, now: datetime | None = None) -> list[BadRecord]:
         Q, R.TRAILING_DATA)
 
     # ---- the document's shape
-    add("json_array", "the order inside a JSON array", O, b"[" + encode(ev("json_array", O)) + b"]", Q, R.WRONG_TYPE, "$")
+    add("json_array", "the order inside a JSON array", O, b"[" + encode(ev("json_array", O)) + b"]",
+        Q, R.WRONG_TYPE, "$")
     add("json_scalar", "a JSON string, not an object", V, b'"page view"', Q, R.WRONG_TYPE, "$")
     add("json_null", "the JSON literal null", P, b"null", Q, R.WRONG_TYPE, "$")
 

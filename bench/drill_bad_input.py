@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import reduce
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -198,19 +199,22 @@ def read_lake(spark: Any, lake_root: str, topic_names: Iterable[str] = TOPICS) -
         path = spec.path(lake_root)
         return spark.read.format("delta").load(path) if DeltaTable.isDeltaTable(spark, path) else None
 
+    def union(specs, *columns):
+        """The columns of the tables that exist, as one DataFrame (one Spark job to collect), or None."""
+        found = [df.select(*columns) for df in map(table, specs) if df is not None]
+        return reduce(lambda a, b: a.unionByName(b), found) if found else None
+
     bronze: set[Coords] = set()
     silver: dict[Coords, str] = {}
     ids: Counter = Counter()
-    for name in names:
-        source = BY_TOPIC[name]
-        df = table(source.bronze_table)
-        if df is not None:
-            bronze |= {(r.topic, r.partition, r.offset) for r in df.select("topic", "partition", "offset").collect()}
-        df = table(source.silver_table)
-        if df is not None:
-            for r in df.select("topic", "partition", "offset", "event_id").collect():
-                silver[(r.topic, r.partition, r.offset)] = r.event_id
-                ids[(r.topic, r.event_id)] += 1
+    df = union([BY_TOPIC[n].bronze_table for n in names], "topic", "partition", "offset")
+    if df is not None:
+        bronze = {(r.topic, r.partition, r.offset) for r in df.collect()}
+    df = union([BY_TOPIC[n].silver_table for n in names], "topic", "partition", "offset", "event_id")
+    if df is not None:
+        for r in df.collect():
+            silver[(r.topic, r.partition, r.offset)] = r.event_id
+            ids[(r.topic, r.event_id)] += 1
     quarantine: dict[Coords, tuple[str, str | None, bytes | None]] = {}
     rows = 0
     df = table(tables.QUARANTINE)
@@ -218,12 +222,14 @@ def read_lake(spark: Any, lake_root: str, topic_names: Iterable[str] = TOPICS) -
         for r in df.where(F.col("topic").isin(names)).select("topic", "partition", "offset", "reason", "detail",
                                                             "value").collect():
             rows += 1
-            quarantine[(r.topic, r.partition, r.offset)] = (r.reason, r.detail, None if r.value is None else bytes(r.value))
+            raw = None if r.value is None else bytes(r.value)
+            quarantine[(r.topic, r.partition, r.offset)] = (r.reason, r.detail, raw)
     late: dict[Coords, str] = {}
     df = table(tables.LATE_ARRIVALS)
     if df is not None:
         silver_flows = [f"silver_{BY_TOPIC[n].entity}" for n in names]
-        for r in df.where(F.col("flow").isin(silver_flows)).select("topic", "partition", "offset", "event_id").collect():
+        rows_of_silver = df.where(F.col("flow").isin(silver_flows))
+        for r in rows_of_silver.select("topic", "partition", "offset", "event_id").collect():
             late[(r.topic, r.partition, r.offset)] = r.event_id
     return Lake(bronze, silver, ids, quarantine, rows, late)
 
@@ -237,7 +243,6 @@ class Findings:
     expected: Counter = field(default_factory=Counter)      # outcome -> records that must be there
     placed: Counter = field(default_factory=Counter)        # outcome -> records found there
     by_label: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))   # label -> where they went
-    expected_by_label: dict[str, str] = field(default_factory=dict)
     refusals: Counter = field(default_factory=Counter)      # error name -> records
     differences: list[str] = field(default_factory=list)
     identity: str = ""
@@ -273,7 +278,12 @@ def compare(sent: list[Sent], lake: Lake) -> Findings:
         f.expected[s.outcome] += 1
         got = where[0] if len(where) == 1 else "+".join(where)
         f.placed[got] += 1
-        f.by_label[label][got if got != "quarantine" else f"quarantine {lake.quarantine[s.coords][0]}"] += 1
+        if got == "quarantine":
+            reason, detail, _ = lake.quarantine[s.coords]
+            got_said = f"quarantine {reason}" + (f"/{detail}" if detail else "")
+        else:
+            got_said = got
+        f.by_label[label][got_said] += 1
         f.checked += 1
         at = f"{label} at {s.coords[0]}/{s.coords[1]}/{s.coords[2]}" if s.coords else label
         if where != [s.outcome]:
@@ -294,9 +304,6 @@ def compare(sent: list[Sent], lake: Lake) -> Findings:
             diff(f"{at}: silver holds event {lake.silver[s.coords]}, sent {rec.event_id}")
         elif s.outcome == "late" and lake.late[s.coords] != rec.event_id:
             diff(f"{at}: late_arrivals holds event {lake.late[s.coords]}, sent {rec.event_id}")
-    for s in sent:
-        expected = f"quarantine {s.record.reason}" if s.outcome == "quarantine" else s.outcome
-        f.expected_by_label.setdefault(s.record.label, expected)
     # What the lake holds that nobody sent.
     for name, coords in (("bronze", lake.bronze), ("silver", lake.silver), ("quarantine", lake.quarantine),
                          ("late_arrivals", lake.late)):
@@ -332,6 +339,10 @@ def check(spark: Any, lake_root: str, sent: list[Sent]) -> Findings:
     return compare(sent, read_lake(spark, lake_root, sorted({s.record.topic for s in sent})))
 
 
+PLACES = {"quarantine": "quarantine", "silver": "silver", "late": "late_arrivals", "duplicate": "counted duplicates",
+          "refused": "refused by the broker"}
+
+
 def report(f: Findings, *, kinds: list[BadRecord], copies: int, shop_events: int) -> str:
     """The drill's printout."""
     width = max(len(k.kind) for k in kinds) + 2
@@ -342,13 +353,13 @@ def report(f: Findings, *, kinds: list[BadRecord], copies: int, shop_events: int
         lines.append(f"  {k.kind:<{width}} {k.expected:<46} -> {got}")
     shop = {label: n for label, n in f.by_label.items() if label.startswith("shop:")}
     if shop:
-        lines.append("shop events (expected -> found):")
+        lines.append("shop events (found):")
         for label in sorted(shop):
             got = ", ".join(f"{where} x{n}" for where, n in sorted(shop[label].items()))
             lines.append(f"  {label:<{width}} -> {got}")
     lines.append(f"records sent: {f.sent:,} ({len(kinds) * copies:,} from the corpus, {shop_events:,} shop events)")
     lines.append(f"records checked: {f.checked:,}")
-    lines.append("where each went: " + ", ".join(f"{o} {f.placed.get(o, 0):,}" for o in OUTCOMES)
+    lines.append("where each went: " + ", ".join(f"{PLACES[o]} {f.placed.get(o, 0):,}" for o in OUTCOMES)
                  + "".join(f", {o} {n}" for o, n in f.placed.items() if o not in OUTCOMES))
     if f.refusals:
         lines.append("refused by Kafka (the producer's delivery report): "
@@ -388,7 +399,8 @@ def run_flows(spark: Any, ctx: Any, flows: list[Any]) -> list[str]:
     for flow in flows:
         run = run_flow(spark, flow, ctx)
         s = run.silver
-        split = f" (silver {s.silver}, quarantine {s.quarantined}, late {s.late}, duplicates {s.duplicates})" if s else ""
+        split = (f" (silver {s.silver}, quarantine {s.quarantined}, late {s.late}, duplicates {s.duplicates})"
+                 if s else "")
         said.append(f"{flow.name}: {run.input_rows} rows in {run.batches} batches{split}, {run.duration_s:.1f}s")
     return said
 
