@@ -16,6 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from delta.tables import DeltaTable
 
 from infra.settings import Settings
 from orchestration.assets import topic_key
@@ -55,10 +56,22 @@ def env_for(settings: Settings, **extra: str) -> dict[str, str]:
 class Stream:
     """`lakehouse stream` in its own process group, stopped by SIGTERM (or killed) by PID."""
 
+    started: list["Stream"] = []
+
     def __init__(self, settings: Settings, log: Path, *tables_: str):
         self.log = log
         self.proc = subprocess.Popen([str(LAKEHOUSE), "stream", *tables_], env=env_for(settings),
                                      stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+        Stream.started.append(self)
+
+    @classmethod
+    def kill_all(cls) -> None:
+        """Whatever a failed test left running: the process group, by PID."""
+        for stream in cls.started:
+            if stream.alive():
+                os.killpg(stream.proc.pid, signal.SIGKILL)
+                stream.proc.wait()
+        cls.started.clear()
 
     def terminate(self, timeout: float = 120) -> int:
         self.proc.send_signal(signal.SIGTERM)
@@ -73,6 +86,12 @@ class Stream:
         return self.proc.poll() is None
 
 
+@pytest.fixture(autouse=True)
+def no_stream_left_running():
+    yield
+    Stream.kill_all()
+
+
 def send(settings: Settings, seed: int, start: datetime, n: int = 900):
     records = generate(n, seed=seed, start=start, mix=NO_LATE)
     report = produce(records, bootstrap=settings.kafka_bootstrap)
@@ -81,8 +100,11 @@ def send(settings: Settings, seed: int, start: datetime, n: int = 900):
 
 
 def read(spark, spec, ctx):
+    """The table's rows; none while its first commit is still being written (the folder exists before it)."""
     path = spec.path(ctx.lake_root)
-    return spark.read.format("delta").load(path).collect() if Path(path).exists() else []
+    if not DeltaTable.isDeltaTable(spark, path):
+        return []
+    return spark.read.format("delta").load(path).collect()
 
 
 def wait_until(check, what: str, stream: Stream | None, timeout: float = 300) -> None:
