@@ -107,7 +107,7 @@ def read(spark, spec, ctx):
     return spark.read.format("delta").load(path).collect()
 
 
-def wait_until(check, what: str, stream: Stream | None, timeout: float = 300) -> None:
+def wait_until(check, what: str, stream: Stream | None, timeout: float = 900) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
