@@ -547,6 +547,7 @@ class DrillReport:
     acked: int = 0
     failed: int = 0
     unresolved: int = 0
+    acked_streamed: int = 0           # acknowledged records of the topics the stream reads (the rest is not checked)
     exit_code: int | None = None
     checks: list[Check] = field(default_factory=list)
     durations: dict[str, float] = field(default_factory=dict)
@@ -586,7 +587,8 @@ class DrillReport:
                              if e.recovered_s is not None else f"  loss {e.n}: at {e.at_s:.0f} s, broker away {e.down_s:.1f} s")
             lines.append(f"stream's own restarts of failed queries: {self.stream_restarts} "
                          f"(broker watchdog stops: {self.watchdog_stops})")
-        lines.append(f"records produced: sent {self.sent:,}, acknowledged {self.acked:,}, failed {self.failed:,}, "
+        lines.append(f"records produced: sent {self.sent:,}, acknowledged {self.acked:,} ({self.acked_streamed:,} of them "
+                     f"on the streamed topics, the rest on topics no streamed flow reads), failed {self.failed:,}, "
                      f"unresolved {self.unresolved:,}")
         lines.append(f"stream stopped by SIGTERM: exit code {self.exit_code}")
         if self.checks:
@@ -637,6 +639,10 @@ def _finish(report: DrillReport, stream: StreamProcess, producer: SteadyProducer
     report.durations["producing"] = producer.ended_at - producer.started_at
     report.sent, report.acked, report.failed, report.unresolved = (
         producer.sent, len(producer.acked), len(producer.failed), producer.unresolved)
+    from schemas.topics import TopicSpec
+
+    streamed = {f.source.name for f in flows if isinstance(f.source, TopicSpec)}
+    report.acked_streamed = sum(1 for r, _ in acked_records(producer) if r.topic in streamed)
     say(f"producer done: {report.sent:,} sent, {report.acked:,} acknowledged, {report.failed:,} failed; "
         "waiting for the stream to catch up")
     report.durations["catch-up"] = wait_caught_up(stream, flows, settings, catch_up_s)
