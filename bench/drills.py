@@ -344,7 +344,7 @@ def sleep_alive(stream: StreamProcess, seconds: float, what: str) -> None:
 
 
 def wait_caught_up(stream: StreamProcess, flows: Sequence[Any], settings: Any, timeout_s: float) -> float:
-    """Wait until every flow's checkpoint is at the end of its inputs (twice in a row, 3 s apart)."""
+    """Wait until every flow's checkpoint is at the end of its inputs (twice in a row, 2 s apart)."""
     from streaming.context import FlowContext
     from streaming.health import stream_health
 
@@ -362,7 +362,7 @@ def wait_caught_up(stream: StreamProcess, flows: Sequence[Any], settings: Any, t
         streak = streak + 1 if not behind else 0
         if streak >= 2:
             return time.monotonic() - started
-        time.sleep(3)
+        time.sleep(2)
     raise DrillError(f"the stream did not catch up within {timeout_s:.0f} s; behind: {', '.join(behind)}; its log "
                      f"ends:\n{stream.tail()}")
 
@@ -424,8 +424,10 @@ def _set_diff(layer: str, table: str, got: list, want: set, what: str) -> Check:
                  f"{what} (missing {len(missing)}, extra {len(extra)}, twice {twice})", samples)
 
 
-def check_lake(spark: Any, env: dict[str, str], flows: Sequence[Any], producer: SteadyProducer) -> list[Check]:
-    """The lake the stream wrote, against what was acknowledged (plain Python) and the batch lane."""
+def check_lake(spark: Any, env: dict[str, str], flows: Sequence[Any], producer: SteadyProducer, *,
+               verify_layers: Sequence[str] = ("silver", "gold")) -> list[Check]:
+    """The lake the stream wrote, against what was acknowledged (plain Python) and the batch lane (the flows
+    writing `verify_layers`; gold must be among them)."""
     import dataclasses as dc
 
     from delta.tables import DeltaTable
@@ -485,7 +487,7 @@ def check_lake(spark: Any, env: dict[str, str], flows: Sequence[Any], producer: 
         checks.append(Check("silver", "late_arrivals", len(late), len(late), "rows of the streamed flows (none sent late)",
                             [f"{r.flow} {(r.topic, r.partition, r.offset)}" for r in late[:5]]))
     for flow in flows:
-        if isinstance(flow.source, TopicSpec):
+        if isinstance(flow.source, TopicSpec) or flow.target.layer not in verify_layers:
             continue
         verdict = verify_flow(spark, flow, ctx)
         if verdict.status == "not built":
@@ -632,7 +634,8 @@ def _flows(tables: Sequence[str]) -> list[Any]:
 
 
 def _finish(report: DrillReport, stream: StreamProcess, producer: SteadyProducer, flows: Sequence[Any],
-            settings: Any, env: dict[str, str], spark: Any | Callable[[], Any], t0: float, catch_up_s: float) -> None:
+            settings: Any, env: dict[str, str], spark: Any | Callable[[], Any], t0: float, catch_up_s: float,
+            verify_layers: Sequence[str]) -> None:
     """Producer done, stream caught up and stopped by SIGTERM, then the checks."""
     t = time.monotonic()
     producer.finish()
@@ -655,7 +658,7 @@ def _finish(report: DrillReport, stream: StreamProcess, producer: SteadyProducer
     say(f"stream stopped (exit {report.exit_code}); checking the lake")
     t = time.monotonic()
     session = spark() if callable(spark) else spark
-    report.checks = check_lake(session, env, flows, producer)
+    report.checks = check_lake(session, env, flows, producer, verify_layers=verify_layers)
     report.durations["checks"] = time.monotonic() - t
 
 
@@ -672,7 +675,8 @@ def run_crash(settings: Any, *, kills: int = 20, events: int = 20_000, seed: int
               tables: Sequence[str] = DEFAULT_TABLES, spark: Any | Callable[[], Any], workdir: Path,
               max_delay_s: float = 15.0, reach_s: float = 300.0, targets: Sequence[str] | None = None,
               rate: float | None = None, cycle_guess_s: float = 90.0, commit_timeout_s: float = 600,
-              catch_up_s: float = 900, extra_env: dict[str, str] | None = None) -> DrillReport:
+              catch_up_s: float = 900, extra_env: dict[str, str] | None = None,
+              verify_layers: Sequence[str] = ("silver", "gold")) -> DrillReport:
     """Kill -9 `lakehouse stream` `kills` times while producing, restart it each time, then check the lake.
 
     Kill n comes a random 0..`max_delay_s` after a commit of flow `targets[n % len(targets)]` (default: a layer
@@ -726,7 +730,7 @@ def run_crash(settings: Any, *, kills: int = 20, events: int = 20_000, seed: int
         if report.events:
             report.events[-1].recovered_s = time.monotonic() - stream.started_at
         say(f"last restart committed; {producer.total - producer.sent:,} events left to send")
-        _finish(report, stream, producer, flows, settings, env, spark, t0, catch_up_s)
+        _finish(report, stream, producer, flows, settings, env, spark, t0, catch_up_s, verify_layers)
     except (DrillError, KeyboardInterrupt) as exc:
         report.error = str(exc) or type(exc).__name__
     finally:
@@ -741,7 +745,8 @@ def run_broker_loss(settings: Any, *, losses: int = 3, down_s: Sequence[float] =
                     seed: int = 7, tables: Sequence[str] = DEFAULT_TABLES, spark: Any | Callable[[], Any],
                     workdir: Path, rate: float | None = None, settle_s: float = 20.0,
                     commit_timeout_s: float = 600, catch_up_s: float = 900,
-                    extra_env: dict[str, str] | None = None) -> DrillReport:
+                    extra_env: dict[str, str] | None = None,
+                    verify_layers: Sequence[str] = ("silver", "gold")) -> DrillReport:
     """Kill -9 the broker `losses` times mid-stream while producing, start it again after `down_s` (cycled);
     the stream must resume by itself; then check the lake. The broker is running again at the end."""
     from infra.kafka_broker import BrokerError, local_node
@@ -792,7 +797,7 @@ def run_broker_loss(settings: Any, *, losses: int = 3, down_s: Sequence[float] =
             before = newest_batches(flows, settings.lake_root)
             if rate is None:
                 _repace(producer, t0, n, losses)
-        _finish(report, stream, producer, flows, settings, env, spark, t0, catch_up_s)
+        _finish(report, stream, producer, flows, settings, env, spark, t0, catch_up_s, verify_layers)
     except (DrillError, BrokerError, KeyboardInterrupt) as exc:
         report.error = str(exc) or type(exc).__name__
     finally:
