@@ -11,9 +11,11 @@ variables. While a producer thread sends shop events (streaming.generator, no la
 events, 5% duplicates, 3% malformed) at a steady rate through the project's idempotent producer
 (acks=all), the drill:
 
-- crash: waits until the stream has committed a micro-batch, then for a random delay, and kills the
+- crash: waits until the stream has committed a micro-batch (of a flow in a layer drawn at random, so
+  that kills land in bronze, silver and gold batches alike), then for a random delay, and kills the
   whole process group with SIGKILL (the Python process and its Spark JVM, and nothing survives: checked
-  in /proc), then starts `lakehouse stream` again; K times.
+  in /proc), then starts `lakehouse stream` again; K times. Production is paced over the kills (the rate
+  follows the measured kill cycle), so that every kill lands while events are being sent.
 - broker loss: waits likewise, kills the broker with SIGKILL by the PID its launcher recorded
   (infra.kafka_broker), starts it again after a few seconds with the same launcher; the stream must
   resume by itself (a Kafka flow that lost the broker is stopped by its watchdog and restarted with
@@ -29,7 +31,7 @@ is stopped with SIGTERM (exit 0 expected), and the lake is checked against what 
   quarantine: exactly the malformed records' coordinates, once each, with the expected reason;
   late arrivals: none (nothing was sent late);
 - batch lane (batch.verify.verify_flow): every silver and gold table the stream wrote equals the batch
-  recomputation of its flow over its input (silver over bronze, gold over silver);
+  recomputation of its flow over its input (silver over bronze, gold over silver; `verify_layers`);
 - plain Python: gold_revenue_per_minute (when streamed) equals revenue, orders and items per minute and
   currency computed here from the acknowledged orders.
 
