@@ -8,16 +8,18 @@ The bench starts its own Kafka broker (KRaft, ports 19400/19401, state in a temp
 its PID at the end, also on error), creates every topic from its spec and preloads --small shop events
 (streaming.generator, all five topics, `lakehouse produce`'s fault mix; producing is logged, not a
 figure). It runs the whole catch-up at that size, then sends more events of the same stream until the
-log holds --events and runs it at that size. A catch-up is every flow of streaming.flows.FLOWS in order
-through streaming.runner.run_flow (availableNow, from the earliest offsets, as bench/quality.py's
-catch_up and `lakehouse run` do), each run into a fresh lake root with the FlowContext `lakehouse run`
+log holds --events and runs it at that size. A catch-up is every flow of streaming.flows.FLOWS through
+streaming.runner.run_flow, --parallel at once where they do not read each other's tables
+(streaming/parallel_runs.py; availableNow, from the earliest offsets, as bench/quality.py's catch_up
+and `lakehouse run` do), each run into a fresh lake root with the FlowContext `lakehouse run`
 builds (orchestration.resources: the project defaults, so the quality gate is ON; --no-quality runs
 with quality=None instead, and the record says which). A catch-up reads each flow's whole backlog in one
 micro-batch.
 
 One warm-up catch-up at the small size (not counted: the JVM's first run), then --rounds catch-ups at
 each size. Each run is timed whole (wall clock) and per layer (the sum of its flows' run times: bronze;
-silver with quarantine, late arrivals and the dimension flows; gold), and per flow. Figures: events
+silver with quarantine, late arrivals and the dimension flows; gold: flow-seconds, which overlap when
+flows run at once), and per flow. Figures: events
 per second at each size (events in the log / median catch-up time), seconds per layer, and the line
 through the two sizes' medians, time = fixed cost + cost per event x events (per layer too): the fixed
 cost is what 22 flows' queries cost whatever the size, the slope what each event costs. A streaming
@@ -51,7 +53,8 @@ TARGET_AT = 1_600_000
 LAYERS = ("bronze", "silver", "gold")
 
 
-def make_side(spark, settings, expected: Callable[[], int], *, quality: bool = True) -> Callable[[str], dict]:
+def make_side(spark, settings, expected: Callable[[], int], *, quality: bool = True,
+              parallel: int = 1) -> Callable[[str], dict]:
     """One whole catch-up into a fresh lake (removed afterwards); checks bronze took every event in the log."""
     from bench.quality import catch_up, layer_of
     from streaming.flows import FLOWS
@@ -68,7 +71,7 @@ def make_side(spark, settings, expected: Callable[[], int], *, quality: bool = T
             ctx = dataclasses.replace(ctx, quality=None)
         mark = clock.mark()
         try:
-            result = catch_up(spark, ctx)
+            result = catch_up(spark, ctx, parallel)
             in_batches = clock.since(mark)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -130,11 +133,11 @@ def fits(sizes: list[dict]) -> dict:
 
 
 def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: int = harness.SEED,
-              quality: bool = True, driver_pid: int | None = None) -> tuple[list[dict], dict]:
+              quality: bool = True, driver_pid: int | None = None, parallel: int = 1) -> tuple[list[dict], dict]:
     """Preload and catch up at each size in turn (the log grows between sizes); a warm-up before the first."""
     events = harness.shop_events(max(sizes), seed=seed)
     in_log = {"n": 0}
-    side = make_side(spark, settings, lambda: in_log["n"], quality=quality)
+    side = make_side(spark, settings, lambda: in_log["n"], quality=quality, parallel=parallel)
     probes = [harness.PeakMemory("spark_driver", driver_pid), harness.PeakMemory("broker", broker.pid)]
     out = []
     for i, size in enumerate(sorted(sizes)):
@@ -162,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="with --quick: write the JSON and the docs row anyway")
     parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
     parser.add_argument("--seed", type=int, default=harness.SEED, help="generator seed (default 7, as lakehouse produce)")
+    parser.add_argument("--parallel", type=int, default=None,
+                        help="flows run at once (default: LAKEHOUSE_CATCH_UP_PARALLEL, as lakehouse run)")
     args = parser.parse_args(argv)
     if args.quick:
         args.small, args.events, args.rounds = 2_000, 5_000, 1
@@ -180,10 +185,12 @@ def main(argv: list[str] | None = None) -> int:
             harness.spark_session(settings, NAME) as (spark, driver_pid):
         from streaming.flows import FLOWS
 
+        parallel = args.parallel or settings.catch_up_parallel
         sizes, memory_method = run_sizes(spark, settings, broker, [args.small, args.events], args.rounds,
-                                         seed=args.seed, quality=quality, driver_pid=driver_pid)
+                                         seed=args.seed, quality=quality, driver_pid=driver_pid, parallel=parallel)
         spark_conf = {"master": settings.spark_master, "shuffle_partitions": settings.spark_shuffle_partitions,
-                      "driver_memory": settings.spark_driver_memory}
+                      "driver_memory": settings.spark_driver_memory, "scheduler_mode": "FAIR",
+                      "flows_at_once": parallel}
     line = fits(sizes)
     large = sizes[-1]
     measured_at_target = large["events"] == TARGET_AT
@@ -220,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
 def layer_text(size: dict) -> str:
     """Seconds per layer, and of them in micro-batches (the rest: starting queries, the runner's bookkeeping)."""
     l, b = size["layers_s"], size.get("layers_in_batches_s") or {}
-    return ", ".join(f"{k} {l[k]:.1f} s" + (f" ({b[k]:.1f} in batches)" if k in b else "") for k in LAYERS)
+    return "flow-seconds: " + ", ".join(f"{k} {l[k]:.1f} s" + (f" ({b[k]:.1f} in batches)" if k in b else "")
+                                        for k in LAYERS)
 
 
 def summary(result: dict) -> str:
@@ -247,7 +255,8 @@ def docs_row(result: dict) -> str:
     size_note = "" if large["events"] == TARGET_AT else f" ({TARGET_AT:,} takes too long here: extrapolated)"
     return harness.docs_row(
         date, f"`{result['command']}`",
-        f"shop events (5 topics, produce's fault mix); whole catch-up, {result['flows']} flows via run_flow, "
+        f"shop events (5 topics, produce's fault mix); whole catch-up, {result['flows']} flows via run_flow "
+        f"({result['spark'].get('flows_at_once', 1)} at once), "
         f"availableNow, fresh lake each run, quality gate {'on (project default)' if 'on' in result['quality'] else 'off'}; "
         f"{small['events']:,} and {large['events']:,} events{size_note}, median of {result['rounds']} runs per size "
         f"after a warm-up; before = small size, after = large size",

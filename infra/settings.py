@@ -227,6 +227,9 @@ class Settings:
 
     max_offsets_per_trigger: int = _setting(
         0, "Cap on Kafka records per micro-batch; 0 means no cap.", _integer(0, 1_000_000_000, " (no cap)"))
+    catch_up_parallel: int = _setting(
+        3, "Flows a catch-up runs at once (those that do not read each other's tables); 1 runs them one by one.",
+        _integer(1, 64))
     silver_dedup_watermark: str = _setting("1 hour", "How long silver remembers event ids to drop duplicates.", DURATION)
     gold_watermark: str = _setting(
         "10 minutes", "How late an event may be and still count in a stateful gold flow (windows, sessions, joins); "

@@ -27,6 +27,9 @@ def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+        # Queries share the session (a stream's every flow, a catch-up's concurrent flows): each flow's jobs
+        # go to a pool of its own, so a small flow's jobs are not queued behind a big flow's.
+        "spark.scheduler.mode": "FAIR",
         # Delta rebuilds a table's snapshot with 50 tasks by default: seconds of overhead per read
         # on a small machine. Scale it with the shuffle setting instead.
         "spark.databricks.delta.snapshotPartitions": str(settings.spark_shuffle_partitions),

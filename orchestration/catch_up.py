@@ -24,7 +24,7 @@ from schemas.topics import TopicSpec
 from streaming import flows as flow_registry
 from streaming.kafka_topics import ensure_topics
 from streaming.progress import ProgressRecorder
-from streaming.runner import run_flow, table_version
+from streaming.parallel_runs import run_flows
 
 CATCH_UP_JOB = "catch_up"
 
@@ -89,7 +89,7 @@ def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: Spark
     blocked: dict[str, str] = {}    # table -> the breach that stopped it (or an upstream table)
     progress = ProgressRecorder(ctx.lake_root, mode="catch-up")
     try:
-        _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progress)
+        _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progress, lake.catch_up_parallel)
     finally:
         progress.flush(session)     # every micro-batch's progress, also of a run that failed part way
     if blocked:
@@ -97,30 +97,41 @@ def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: Spark
         raise dg.Failure(description=first, metadata={"blocked_tables": ", ".join(blocked)})
 
 
-def _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progress) -> None:
-    """Run each flow in order, logging its materializations; a breach blocks what reads the table."""
-    for flow in chosen:
-        if upstream := [s.name for s in (*flow.sources, *flow.lookups) if s.name in blocked]:
+def _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progress, parallel: int = 1) -> None:
+    """Run the flows, up to `parallel` at once, logging each one's materializations as it ends.
+
+    A flow starts when the flows whose tables it reads have ended (streaming/parallel_runs.py); a
+    breach of a blocking check blocks every flow that reads the table.
+    """
+    def skip(flow) -> str | None:
+        upstream = [s.name for s in (*flow.sources, *flow.lookups) if s.name in blocked]
+        if upstream:
             blocked[flow.target.name] = blocked[upstream[0]]
-            context.log.warning(f"skipping flow {flow.name}: its input {upstream[0]} failed a blocking quality check")
-            continue
-        path = flow.target.path(ctx.lake_root)
-        before = table_version(session, path)
-        mark = len(ctx.quality.history) if ctx.quality else 0
+            return f"skipping flow {flow.name}: its input {upstream[0]} failed a blocking quality check"
         context.log.info(f"running flow {flow.name} -> {flow.target.name}")
-        try:
-            run = run_flow(session, flow, ctx)
-            progress.extend(run.progress)
-        except QUALITY_STOPS as stopped:
-            # Blocking: the table's failed check keeps every flow downstream of it from running on bad data.
-            blocked[flow.target.name] = str(stopped)
-            context.log.error(str(stopped))
-            _log_check(context, flow, validations_since(ctx, mark, flow.target.name), str(stopped))
+        return None
+
+    for outcome in run_flows(session, chosen, ctx, parallel=parallel, skip=skip):
+        flow = outcome.flow
+        if outcome.skipped:
+            context.log.warning(outcome.skipped)
             continue
-        _log_check(context, flow, validations_since(ctx, mark, flow.target.name))
+        if isinstance(outcome.error, QUALITY_STOPS):
+            # Blocking: the table's failed check keeps every flow downstream of it from running on bad data.
+            blocked[flow.target.name] = str(outcome.error)
+            context.log.error(str(outcome.error))
+            _log_check(context, flow, validations_since(ctx, 0, flow.target.name), str(outcome.error))
+            continue
+        if outcome.error is not None:
+            raise outcome.error
+        run = outcome.run
+        progress.extend(run.progress)
+        _log_check(context, flow, validations_since(ctx, 0, flow.target.name))
         metadata = caught_up_metadata(context.log, session, flow, run, ctx, docs.get(flow.asset_name, {}))
         if is_partitioned(flow.target):
-            days = [d for d in touched_days(session, flow.target, path, before) if partitions.has_partition_key(d)]
+            path = flow.target.path(ctx.lake_root)
+            days = [d for d in touched_days(session, flow.target, path, run.version_before)
+                    if partitions.has_partition_key(d)]
             metadata["partitions_touched"] = ", ".join(days) or "none"
             for day in days:
                 context.log_event(dg.AssetMaterialization(asset_key=flow.asset_name, partition=day, metadata=metadata))

@@ -24,11 +24,19 @@ def running_stream(settings: Settings) -> int | None:
     """The PID of a `lakehouse stream` running on this home, if any."""
     path = pid_file(settings)
     try:
-        pid = int(path.read_text().strip())
+        pid = int(path.read_text().split()[0])
         os.kill(pid, 0)
         return pid
-    except (OSError, ValueError):
+    except (OSError, ValueError, IndexError):
         return None
+
+
+def streamed_flows(settings: Settings) -> list[str]:
+    """The flows the running stream runs, as its PID file lists them after the PID."""
+    try:
+        return pid_file(settings).read_text().split()[1:]
+    except OSError:
+        return []
 
 
 def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
@@ -70,7 +78,7 @@ def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    pid_file(settings).write_text(str(os.getpid()))
+    pid_file(settings).write_text(f"{os.getpid()}\n{' '.join(f.name for f in flows)}\n")
     log.info("streaming %d flows every %s: %s; Ctrl-C or SIGTERM stops them cleanly", len(flows),
              settings.stream_trigger, ", ".join(f.name for f in flows))
     started = time.monotonic()
@@ -119,9 +127,11 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     from streaming.health import stream_health
 
     ctx = FlowContext(lake_root=settings.lake_root, kafka_bootstrap=settings.kafka_bootstrap)
-    flows = flows_for(FLOWS, args.tables)
-    health = stream_health(flows, ctx)
     pid = running_stream(settings)
+    streamed = streamed_flows(settings) if pid and not args.tables else []
+    # Without tables named: the running stream's flows (a stream of a few tables leaves the rest "never").
+    flows = [f for f in FLOWS if f.name in streamed] if streamed else flows_for(FLOWS, args.tables)
+    health = stream_health(flows, ctx)
     limit_s = duration_micros(settings.stream_freshness) / 1e6
     now = time.time()
     rows = [("flow", "table", "last batch", "committed", "lag", "fresh")]
@@ -138,6 +148,8 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
             print("  ".join("-" * w for w in widths))
     when = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     state = f"lakehouse stream is running (pid {pid})" if pid else "lakehouse stream is not running"
+    if streamed and len(flows) < len(FLOWS):
+        state += f", {len(flows)} of {len(FLOWS)} flows (`lakehouse status TABLE ...` shows others)"
     print(f"{when}: {state}; fresh = caught up, or a batch committed within LAKEHOUSE_STREAM_FRESHNESS "
           f"({settings.stream_freshness})"
           f"; lag = Kafka records behind the end, or Delta versions of the input not yet read.")

@@ -75,6 +75,7 @@ class Recorder:
         self.pending: list[Validation] = []
         self.last_flush = time.monotonic()
         self._lock = threading.Lock()   # continuous queries call foreachBatch from their own threads
+        self._writing = threading.Lock()  # one write at a time: GX's file store is not safe to write concurrently
 
     def add(self, validation: Validation) -> None:
         with self._lock:
@@ -85,6 +86,10 @@ class Recorder:
 
     def flush(self, spark: SparkSession) -> int:
         """Write what is pending; returns how many validations were written."""
+        with self._writing:
+            return self._flush(spark)
+
+    def _flush(self, spark: SparkSession) -> int:
         with self._lock:
             batch, self.pending = self.pending, []
             self.last_flush = time.monotonic()

@@ -45,6 +45,7 @@ class FlowRun:
     input_rows: int = 0
     rows_written: int = 0
     delta_version: int | None = None
+    version_before: int | None = None        # the table's version when the run started (None: no table yet)
     kafka_offsets: dict[str, dict[str, int]] = field(default_factory=dict)  # "topic/partition" -> from, to, count
     duration_s: float = 0.0
     waiting_for: tuple[str, ...] = ()        # input tables that do not exist yet: the run did nothing
@@ -91,13 +92,29 @@ def start_flow(
             sources={s.name: "" if isinstance(s, TopicSpec) else stream_path(s, ctx) for s in flow.sources},
             starting=resume.starting,
         ))
-        return query_writer.foreachBatch(writer).start()
+        return _start_in_pool(spark, flow, lambda: query_writer.foreachBatch(writer).start())
     if flow.target.partition_by:
         query_writer = query_writer.partitionBy(*flow.target.partition_by)
     # Delta's streaming sink commits (query id, batch id) with each write: a replayed batch is skipped.
     # Its rows carry their Kafka coordinates, which are its positions (bronze_positions); the commits name the flow.
     query_writer = query_writer.option("userMetadata", commit_metadata(flow.name, None, None))
-    return query_writer.format("delta").outputMode("append").start(path)
+    return _start_in_pool(spark, flow, lambda: query_writer.format("delta").outputMode("append").start(path))
+
+
+def _start_in_pool(spark: SparkSession, flow: Flow, start: Any) -> StreamingQuery:
+    """Start the query with its jobs in a fair-scheduler pool named after the flow.
+
+    Several queries share the session (a stream runs every flow, a catch-up several at once); with
+    spark.scheduler.mode=FAIR (infra/spark.py) each pool gets its share of the cores, so a small flow's
+    jobs are not queued behind a big flow's. The query's thread inherits the property when it starts.
+    """
+    sc = spark.sparkContext
+    before = sc.getLocalProperty("spark.scheduler.pool")
+    sc.setLocalProperty("spark.scheduler.pool", flow.name)
+    try:
+        return start()
+    finally:
+        sc.setLocalProperty("spark.scheduler.pool", before)
 
 
 @dataclass
@@ -231,19 +248,36 @@ def _check_sources(spark: SparkSession, flow: Flow, ctx: FlowContext, found: Rec
                     f"replaced by another table since; replay {flow.target.name} (lakehouse replay {flow.target.name}).")
 
 
+def _history_after(spark: SparkSession, path: str, after_version: int | None, latest: int | None = None):
+    """The table's history after `after_version`, reading only those commits (None: no table).
+
+    A whole history() reads every commit file the log keeps: its cost grows with the table's age (a
+    stream commits every few seconds), while a run wants only its own commits.
+    """
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    table = DeltaTable.forPath(spark, path)
+    if after_version is None:
+        return table.history()
+    latest = table.history(1).collect()[0]["version"] if latest is None else latest
+    if latest <= after_version:
+        return table.history(1).where("false")
+    history = table.history(latest - after_version)
+    return history.where(history.version > after_version)
+
+
 def table_version(spark: SparkSession, path: str) -> int | None:
     if not DeltaTable.isDeltaTable(spark, path):
         return None
     return DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
 
 
-def rows_written_since(spark: SparkSession, path: str, after_version: int | None, query_id: str | None = None) -> int:
+def rows_written_since(spark: SparkSession, path: str, after_version: int | None, query_id: str | None = None,
+                       latest: int | None = None) -> int:
     """Rows the commits after `after_version` wrote, from Delta's own history."""
-    if not DeltaTable.isDeltaTable(spark, path):
+    history = _history_after(spark, path, after_version, latest)
+    if history is None:
         return 0
-    history = DeltaTable.forPath(spark, path).history()
-    if after_version is not None:
-        history = history.where(history.version > after_version)
     total = 0
     for row in history.select("operation", "operationMetrics", "operationParameters").collect():
         metrics = row["operationMetrics"] or {}
@@ -263,13 +297,11 @@ _SAID = {
 }
 
 
-def commits_since(spark: SparkSession, path: str, after_version: int | None) -> dict[str, str]:
+def commits_since(spark: SparkSession, path: str, after_version: int | None, latest: int | None = None) -> dict[str, str]:
     """What each commit after `after_version` did, in words: why a first run's data is at version 1, not 0."""
-    if not DeltaTable.isDeltaTable(spark, path):
+    history = _history_after(spark, path, after_version, latest)
+    if history is None:
         return {}
-    history = DeltaTable.forPath(spark, path).history()
-    if after_version is not None:
-        history = history.where(history.version > after_version)
     said = {}
     for row in history.select("version", "operation", "operationMetrics").orderBy("version").collect():
         metrics = row["operationMetrics"] or {}
@@ -314,8 +346,9 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     if missing:
         # An upstream table is created by its first row (a topic no one has sent to yet): wait for it.
         log.info("flow %s: %s has no rows yet; nothing to do", flow.name, ", ".join(missing))
-        return FlowRun(flow=flow.name, table=flow.target.name, waiting_for=missing,
-                       delta_version=table_version(spark, path))
+        version = table_version(spark, path)
+        return FlowRun(flow=flow.name, table=flow.target.name, waiting_for=missing, delta_version=version,
+                       version_before=version)
     # A Delta sink's rows are counted from the history after this version; batch writers count their own.
     before = table_version(spark, path)
     for attempt in (1, 2):
@@ -343,13 +376,13 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     if watchdog and watchdog.lost:
         raise _lost(flow, ctx)
     progress = query.recentProgress
-    run = FlowRun(flow=flow.name, table=flow.target.name)
+    run = FlowRun(flow=flow.name, table=flow.target.name, version_before=before)
     run.batches = sum(1 for p in progress if p.numInputRows > 0)
     run.input_rows = sum(int(p.numInputRows) for p in progress)
     run.kafka_offsets = _kafka_ranges(progress)
     run.progress = [progress_row(p, "catch-up") for p in progress if p.numInputRows > 0]
     run.delta_version = table_version(spark, path)
-    run.commits = commits_since(spark, path, before)
+    run.commits = commits_since(spark, path, before, run.delta_version)
     if isinstance(getattr(writer, "stats", None), SilverBatchStats):
         run.silver = writer.stats
         run.rows_written = writer.stats.silver
@@ -360,7 +393,8 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     elif writer is not None:
         run.rows_written = writer.stats.rows_written
     else:
-        run.rows_written = rows_written_since(spark, path, before, query_id=str(query.id))
+        run.rows_written = rows_written_since(spark, path, before, query_id=str(query.id),
+                                              latest=run.delta_version)
     run.duration_s = round(time.monotonic() - started, 2)
     log.info(
         "flow %s: %d input rows, %d written, %s is at version %s (%.1fs)",

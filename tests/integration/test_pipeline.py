@@ -16,6 +16,7 @@ from streaming.flows import FLOWS
 from streaming.generator import Mix, generate
 from streaming.kafka_topics import ensure_topics
 from streaming.producer import produce
+from streaming.parallel_runs import run_flows
 from streaming.runner import run_flow
 
 pytestmark = pytest.mark.integration
@@ -37,7 +38,10 @@ def run(spark, broker, tmp_path_factory):
     report = produce(records, bootstrap=broker.kafka_bootstrap)
     assert report.delivered == N and report.failed == 0
     ctx = FlowContext(lake_root=str(tmp_path_factory.mktemp("lake")), kafka_bootstrap=broker.kafka_bootstrap)
-    flow_runs = {flow.name: run_flow(spark, flow, ctx) for flow in FLOWS}
+    # Three flows at once, as a catch-up runs them by default: every check below holds for the concurrent runs.
+    outcomes = list(run_flows(spark, FLOWS, ctx, parallel=3))
+    assert [o.error for o in outcomes if o.error] == []
+    flow_runs = {o.flow.name: o.run for o in outcomes}
     return records, report, ctx, flow_runs
 
 
@@ -165,6 +169,14 @@ def test_gold_page_views_per_product_minute_equals_plain_python(spark, run):
         F.date_format("window_start", "yyyy-MM-dd'T'HH:mm").alias("m"), "product_id", "views"
     ).collect()
     assert {(r.m, r.product_id): r.views for r in rows} == dict(expected)
+
+
+def test_each_flow_ran_in_a_fair_scheduler_pool_of_its_own(spark, run):
+    """The session schedules fairly and the concurrent flows' queries submitted their jobs to their own pools."""
+    assert spark.sparkContext.getConf().get("spark.scheduler.mode") == "FAIR"
+    found = spark.sparkContext._jsc.sc().getAllPools()   # a Scala Seq
+    pools = {found.apply(i).name() for i in range(found.size())}
+    assert {flow.name for flow in FLOWS} <= pools
 
 
 def test_a_second_catch_up_without_new_data_changes_nothing(spark, run):

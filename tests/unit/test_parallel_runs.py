@@ -1,0 +1,94 @@
+"""The catch-up's scheduler: a flow starts only after the flows whose tables it reads, at most N at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from streaming.flows import FLOWS
+from streaming.parallel_runs import run_flows, upstream
+from streaming.runner import FlowRun
+
+WRITER = {t.name: f.name for f in FLOWS for t in (f.target, *f.also_writes) if t.name not in ("quarantine", "late_arrivals")}
+
+
+def test_every_flow_waits_for_the_flows_writing_what_it_reads_and_no_later_one():
+    waits = upstream(FLOWS)
+    order = [f.name for f in FLOWS]
+    for flow in FLOWS:
+        reads = {t.name for t in (*flow.sources, *flow.lookups)}
+        assert {WRITER[name] for name in reads if name in WRITER} <= waits[flow.name]
+        assert all(order.index(w) < order.index(flow.name) for w in waits[flow.name])
+    assert all(not waits[f.name] for f in FLOWS if f.name.startswith("bronze_"))
+    assert waits["gold_order_lines_enriched"] == {"dim_customers", "dim_products", "silver_orders"}
+
+
+class Recorder:
+    """A stand-in for run_flow (the scheduler is under test, not Spark): notes when each flow starts and ends."""
+
+    def __init__(self, fail: str | None = None):
+        self.lock = threading.Lock()
+        self.events: list[tuple[str, str]] = []
+        self.running = 0
+        self.most = 0
+        self.fail = fail
+
+    def __call__(self, spark, flow, ctx) -> FlowRun:
+        with self.lock:
+            self.events.append(("start", flow.name))
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(0.02)
+        with self.lock:
+            self.running -= 1
+            self.events.append(("end", flow.name))
+        if flow.name == self.fail:
+            raise RuntimeError(f"{flow.name} broke")
+        return FlowRun(flow=flow.name, table=flow.target.name)
+
+
+@pytest.mark.parametrize("parallel", [1, 3, 8])
+def test_flows_start_after_their_inputs_ended_and_never_more_than_parallel_at_once(parallel):
+    runner = Recorder()
+    outcomes = list(run_flows(None, FLOWS, None, parallel=parallel, run=runner))
+    assert sorted(o.flow.name for o in outcomes) == sorted(f.name for f in FLOWS)
+    assert all(o.run is not None and o.error is None for o in outcomes)
+    position = {event: i for i, event in enumerate(runner.events)}
+    for flow, waits in upstream(FLOWS).items():
+        for earlier in waits:
+            assert position[("end", earlier)] < position[("start", flow)]
+    assert runner.most <= parallel
+    if parallel > 1:
+        assert runner.most > 1   # the five bronze flows have no inputs among the flows: they ran together
+
+
+def test_a_skipped_flow_is_reported_and_what_reads_it_is_asked_again():
+    runner = Recorder()
+    blocked: set[str] = set()
+
+    def skip(flow):
+        reads = {t.name for t in (*flow.sources, *flow.lookups)}
+        if flow.name == "silver_orders" or reads & blocked:
+            blocked.add(flow.target.name)
+            return f"{flow.name} blocked"
+        return None
+
+    outcomes = {o.flow.name: o for o in run_flows(None, FLOWS, None, parallel=3, skip=skip, run=runner)}
+    skipped = {name for name, o in outcomes.items() if o.skipped}
+    readers_of_orders = {f.name for f in FLOWS if "silver_orders" in {t.name for t in (*f.sources, *f.lookups)}}
+    assert skipped == {"silver_orders"} | readers_of_orders
+    assert {name for _, name in runner.events} == {f.name for f in FLOWS} - skipped
+
+
+def test_an_error_is_yielded_and_a_caller_that_stops_waits_for_the_running_flows():
+    runner = Recorder(fail="bronze_orders")
+    with pytest.raises(RuntimeError, match="bronze_orders broke"):
+        for outcome in run_flows(None, FLOWS, None, parallel=3, run=runner):
+            if outcome.error:
+                raise outcome.error
+    started = [name for kind, name in runner.events if kind == "start"]
+    ended = [name for kind, name in runner.events if kind == "end"]
+    assert sorted(started) == sorted(ended)          # nothing was left running
+    assert "silver_orders" not in started            # nothing that read the failed flow's table started

@@ -1,0 +1,30 @@
+"""`lakehouse status` finds the running stream and the flows it runs from the stream's PID file."""
+
+from __future__ import annotations
+
+import os
+
+from infra.settings import Settings
+from orchestration.stream_cli import pid_file, running_stream, streamed_flows
+
+
+def test_the_pid_file_names_the_process_and_its_flows(tmp_path):
+    settings = Settings(home=str(tmp_path))
+    pid_file(settings).write_text(f"{os.getpid()}\nbronze_orders silver_orders\n")
+    assert running_stream(settings) == os.getpid()
+    assert streamed_flows(settings) == ["bronze_orders", "silver_orders"]
+
+
+def test_a_pid_file_of_the_older_form_or_a_dead_process_reads_as_no_flows_or_no_stream(tmp_path):
+    settings = Settings(home=str(tmp_path))
+    assert running_stream(settings) is None and streamed_flows(settings) == []
+    pid_file(settings).write_text(str(os.getpid()))
+    assert running_stream(settings) == os.getpid() and streamed_flows(settings) == []
+    pid_file(settings).write_text("")
+    assert running_stream(settings) is None
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    pid_file(settings).write_text(f"{dead}\nbronze_orders\n")
+    assert running_stream(settings) is None
