@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -11,6 +12,8 @@ from pyspark.sql import SparkSession
 from infra.jars import jar_paths
 from infra.retention import table_defaults
 from infra.settings import Settings
+
+log = logging.getLogger(__name__)
 
 LOG4J2_FILE = Path(__file__).resolve().parent / "conf" / "spark-log4j2.properties"
 
@@ -72,9 +75,14 @@ def get_spark(settings: Settings, app_name: str = "lakehouse") -> SparkSession:
     builder = SparkSession.builder
     for key, value in spark_conf(settings, app_name).items():
         builder = builder.config(key, value)
+    # A new JVM takes seconds to start: say so, so a pause at the start of a command has a reason.
+    log.info("starting a Spark session (%s, driver memory %s): a new JVM", settings.spark_master,
+             settings.spark_driver_memory)
+    started = time.monotonic()
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     _quiet_error_context_loggers()
+    log.info("Spark session ready in %.1f s (Spark %s)", time.monotonic() - started, spark.version)
     return spark
 
 
