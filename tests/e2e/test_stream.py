@@ -16,7 +16,6 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from delta.tables import DeltaTable
 
 from infra.settings import Settings
 from orchestration.assets import topic_key
@@ -27,7 +26,7 @@ from schemas import tables, topics
 from streaming.context import FlowContext
 from streaming.flows import BY_NAME
 from streaming.generator import Mix, generate
-from streaming.health import stream_health
+from streaming.health import latest_version, stream_health
 from streaming.kafka_topics import ensure_topics
 from streaming.producer import produce
 from streaming.runner import run_flow
@@ -100,9 +99,14 @@ def send(settings: Settings, seed: int, start: datetime, n: int = 900):
 
 
 def read(spark, spec, ctx):
-    """The table's rows; none while its first commit is still being written (the folder exists before it)."""
+    """The table's rows; none while its first commit is still being written (the folder exists before it).
+
+    The log is listed, not asked through DeltaTable.isDeltaTable: that answers from the session's cached
+    DeltaLog, which stays "no table" for as long as it is cached if it was first seen between the log
+    folder's creation and its first commit.
+    """
     path = spec.path(ctx.lake_root)
-    if not DeltaTable.isDeltaTable(spark, path):
+    if latest_version(path) is None:
         return []
     return spark.read.format("delta").load(path).collect()
 
