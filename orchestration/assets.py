@@ -172,9 +172,9 @@ def _description(main: Flow) -> str:
             + (f" Answers: {main.target.question}" if main.target.question else ""))
 
 
-def validations_since(ctx, mark: int, table: str) -> list:
-    """The validations of `table` the context's gate made after its `mark`-th one."""
-    return [v for v in (ctx.quality.history[mark:] if ctx.quality else []) if v.table == table]
+def validations_of(ctx, table: str) -> list:
+    """The validations of `table` the context's gate made (one gate per run, one flow per table)."""
+    return [v for v in (ctx.quality.history if ctx.quality else []) if v.table == table]
 
 
 def quality_check_result(main: Flow, validations: list, stopped: str | None = None) -> dg.AssetCheckResult:
@@ -254,11 +254,11 @@ def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefin
                 metadata={"stopped_by_quality": str(stopped),
                           "delta_version": -1 if (v := table_version(session, main.target.path(ctx.lake_root))) is None
                           else v},
-                check_results=[quality_check_result(main, validations_since(ctx, 0, main.target.name), str(stopped))]
+                check_results=[quality_check_result(main, validations_of(ctx, main.target.name), str(stopped))]
                 if checks else None)
         return dg.MaterializeResult(
             metadata=metadata,
-            check_results=[quality_check_result(main, validations_since(ctx, 0, main.target.name))] if checks else None)
+            check_results=[quality_check_result(main, validations_of(ctx, main.target.name))] if checks else None)
 
     return _table
 

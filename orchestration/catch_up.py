@@ -15,7 +15,7 @@ import dagster as dg
 from infra.retention import duration_ms
 from orchestration.assets import (
     QUALITY_STOPS, TOPIC_CHECK, _topic_metadata, caught_up_metadata, quality_check_result, side_observations,
-    topic_key, validations_since,
+    topic_key, validations_of,
 )
 from orchestration.partitions import daily, is_partitioned, touched_days
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
@@ -120,13 +120,13 @@ def _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progres
             # Blocking: the table's failed check keeps every flow downstream of it from running on bad data.
             blocked[flow.target.name] = str(outcome.error)
             context.log.error(str(outcome.error))
-            _log_check(context, flow, validations_since(ctx, 0, flow.target.name), str(outcome.error))
+            _log_check(context, flow, validations_of(ctx, flow.target.name), str(outcome.error))
             continue
         if outcome.error is not None:
             raise outcome.error
         run = outcome.run
         progress.extend(run.progress)
-        _log_check(context, flow, validations_since(ctx, 0, flow.target.name))
+        _log_check(context, flow, validations_of(ctx, flow.target.name))
         metadata = caught_up_metadata(context.log, session, flow, run, ctx, docs.get(flow.asset_name, {}))
         if is_partitioned(flow.target):
             path = flow.target.path(ctx.lake_root)

@@ -249,19 +249,17 @@ def _check_sources(spark: SparkSession, flow: Flow, ctx: FlowContext, found: Rec
 
 
 def _history_after(spark: SparkSession, path: str, after_version: int | None, latest: int | None = None):
-    """The table's history after `after_version`, reading only those commits (None: no table).
+    """The table's history after `after_version`, reading only those commits (None: no table, or no commit since).
 
     A whole history() reads every commit file the log keeps: its cost grows with the table's age (a
     stream commits every few seconds), while a run wants only its own commits.
     """
-    if not DeltaTable.isDeltaTable(spark, path):
+    latest = table_version(spark, path) if latest is None else latest
+    if latest is None or (after_version is not None and latest <= after_version):
         return None
     table = DeltaTable.forPath(spark, path)
     if after_version is None:
         return table.history()
-    latest = table.history(1).collect()[0]["version"] if latest is None else latest
-    if latest <= after_version:
-        return table.history(1).where("false")
     history = table.history(latest - after_version)
     return history.where(history.version > after_version)
 
