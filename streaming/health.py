@@ -120,14 +120,20 @@ class FlowHealth:
 
 def end_offsets(bootstrap: str, topics: Iterable[TopicSpec], timeout_s: float = 10.0) -> dict[str, dict[int, tuple[int, int]]]:
     """(low, high) watermark offsets of every partition of each topic: retained records are high - low."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    from streaming.kafka_topics import KafkaUnreachable
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lakehouse-health", "enable.auto.commit": False,
                          "log_level": 0})
     try:
         found: dict[str, dict[int, tuple[int, int]]] = {}
         for topic in topics:
-            meta = consumer.list_topics(topic.name, timeout=timeout_s).topics.get(topic.name)
+            try:
+                listed = consumer.list_topics(topic.name, timeout=timeout_s)
+            except KafkaException:
+                raise KafkaUnreachable.at(bootstrap) from None
+            meta = listed.topics.get(topic.name)
             if meta is None or meta.error is not None:
                 continue
             found[topic.name] = {

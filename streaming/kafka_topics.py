@@ -18,6 +18,11 @@ log = logging.getLogger(__name__)
 class KafkaUnreachable(RuntimeError):
     """No broker answered at the bootstrap address."""
 
+    @classmethod
+    def at(cls, bootstrap: str) -> "KafkaUnreachable":
+        return cls(f"No Kafka broker answers at {bootstrap}; start one with `lakehouse kafka start` "
+                   "or set LAKEHOUSE_KAFKA_BOOTSTRAP.")
+
 
 @dataclass
 class TopicStatus:
@@ -41,10 +46,7 @@ def admin_client(bootstrap: str, timeout_s: float = 10) -> AdminClient:
     try:
         admin.list_topics(timeout=timeout_s)
     except KafkaException:
-        raise KafkaUnreachable(
-            f"No Kafka broker answers at {bootstrap}; start one with `lakehouse kafka start` "
-            "or set LAKEHOUSE_KAFKA_BOOTSTRAP."
-        ) from None
+        raise KafkaUnreachable.at(bootstrap) from None
     return admin
 
 

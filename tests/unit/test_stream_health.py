@@ -76,3 +76,17 @@ def test_a_foreach_batch_failure_is_named_by_its_own_exception_line():
             "delta.exceptions.captured.ProtocolChangedException: [DELTA_PROTOCOL_CHANGED] The protocol changed.\n")
     assert _first_line(RuntimeError(text)) == \
         "ProtocolChangedException: [DELTA_PROTOCOL_CHANGED] The protocol changed."
+
+
+def test_end_offsets_without_a_broker_is_one_sentence():
+    """`lakehouse status` with no broker at the address: KafkaUnreachable's sentence, not a client traceback."""
+    import pytest
+
+    from schemas import topics
+    from streaming.health import end_offsets
+    from streaming.kafka_topics import KafkaUnreachable
+    from tests.conftest import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    with pytest.raises(KafkaUnreachable, match=f"No Kafka broker answers at {address}"):
+        end_offsets(address, [topics.ORDERS], timeout_s=2)
