@@ -129,6 +129,7 @@ BOOLEAN = Rule("use true, false, yes, no, 1 or 0", _parse_bool, lambda v: isinst
 DURATION = _matching(rf"{_DURATION_PART}(?: {_DURATION_PART})*",
                      'use a Spark interval such as "30 seconds", "10 minutes", "1 hour" or "1 day 12 hours"', re.I)
 MEMORY = _matching(r"[1-9]\d*[kmgt]", "use a size such as 512m or 2g (k, m, g or t)", re.I)
+BYTES_OR_ZERO = _matching(r"0|[1-9]\d*[kmgt]", "use a size such as 128m or 1g (k, m, g or t), or 0", re.I)
 INSTANT = Rule("use an ISO-8601 instant with a zone such as 2000-01-01T00:00:00Z", check=_is_instant)
 SPARK_MASTER = _matching(
     rf"local|local\[(?:\*|[1-9]\d*)(?:,[1-9]\d*)?\]|spark://{_HOST_PORTS}|yarn|k8s://\S+",
@@ -226,7 +227,11 @@ class Settings:
         dict, "Extra Spark settings, key=value;key=value (e.g. spark.hadoop.fs.s3a.endpoint=...).", SPARK_CONF)
 
     max_offsets_per_trigger: int = _setting(
-        0, "Cap on Kafka records per micro-batch; 0 means no cap.", _integer(0, 1_000_000_000, " (no cap)"))
+        500_000, "Cap on Kafka records per micro-batch, so a backlog of any size is caught up in bounded "
+        "batches; 0 means no cap.", _integer(0, 1_000_000_000, " (no cap)"))
+    max_bytes_per_trigger: str = _setting(
+        "128m", "Soft cap on the Delta files a flow reading a table takes per micro-batch (at least one "
+        "file); 0 means Delta's own cap of 1000 files.", BYTES_OR_ZERO)
     catch_up_parallel: int = _setting(
         3, "Flows a catch-up runs at once (those that do not read each other's tables); 1 runs them one by one.",
         _integer(1, 64))

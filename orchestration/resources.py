@@ -59,6 +59,7 @@ class LakeResource(dg.ConfigurableResource):
     event_time_floor: str = "2000-01-01T00:00:00Z"
     event_time_max_ahead: str = "1 day"
     max_offsets_per_trigger: int = 0
+    max_bytes_per_trigger: str = "0"
     catch_up_parallel: int = 1          # flows a catch-up runs at once
     replay_window: str = "7 days"       # what VACUUM keeps and the retention checks require
     quality: bool = True                # check each batch against its table's expectation suite
@@ -89,6 +90,7 @@ class LakeResource(dg.ConfigurableResource):
             event_time_floor=self.event_time_floor,
             event_time_max_ahead=self.event_time_max_ahead,
             max_offsets_per_trigger=self.max_offsets_per_trigger,
+            max_bytes_per_trigger=self.max_bytes_per_trigger,
         )
 
 
@@ -110,7 +112,8 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
             gold_watermark=settings.gold_watermark, gold_watermarks=dict(settings.gold_watermarks),
             hopping_window_size=settings.hopping_window_size, hopping_window_slide=settings.hopping_window_slide,
             sliding_window=settings.sliding_window, sliding_threshold=settings.sliding_threshold,
-            session_gap=settings.session_gap, payment_within=settings.payment_within, max_offsets_per_trigger=settings.max_offsets_per_trigger,
+            session_gap=settings.session_gap, payment_within=settings.payment_within,
+            max_offsets_per_trigger=settings.max_offsets_per_trigger, max_bytes_per_trigger=settings.max_bytes_per_trigger,
             catch_up_parallel=settings.catch_up_parallel,
             event_time_floor=settings.event_time_floor, event_time_max_ahead=settings.event_time_max_ahead,
             replay_window=settings.replay_window, quality=settings.quality, quality_dir=settings.quality_dir,

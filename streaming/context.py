@@ -84,6 +84,7 @@ class FlowContext:
     event_time_max_ahead: str = "1 day"
     max_offsets_per_trigger: int = 0        # 0: no cap
     max_files_per_trigger: int = 0          # 0: Delta's default
+    max_bytes_per_trigger: str = "0"        # soft cap per batch on a Delta source, e.g. "128m"; "0": none
     input_root: str | None = None           # where inputs and lookups are read; None: lake_root (the batch
                                             # lane reads the live lake and writes a shadow one)
 

@@ -59,6 +59,9 @@ def read_delta_stream(spark: SparkSession, table: TableSpec, ctx: FlowContext, *
     reader = spark.readStream.format("delta").option("skipChangeCommits", "true")
     if ctx.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(ctx.max_files_per_trigger))
+    if ctx.max_bytes_per_trigger not in ("", "0"):
+        # Whichever cap is reached first ends the batch: a backlog of any size goes in bounded batches.
+        reader = reader.option("maxBytesPerTrigger", ctx.max_bytes_per_trigger)
     if starting_version is not None:
         reader = reader.option("startingVersion", str(starting_version))
     return reader.load(stream_path(table, ctx))

@@ -139,3 +139,23 @@ def test_killing_bronze_and_silver_mid_stream_loses_and_duplicates_nothing(spark
     ids = event_ids(spark, tables.SILVER_ORDERS, ctx)
     assert len(ids) == len(set(ids)), "a duplicate survived the crash"
     assert set(ids) == want_ids
+
+
+def test_capped_catch_up_takes_a_backlog_in_bounded_batches_and_loses_nothing(spark, broker, produced, tmp_path):
+    """A record cap on Kafka and a byte cap on Delta split catch-ups into several batches; the tables stay exact."""
+    records, report = produced
+    full = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=broker.kafka_bootstrap)
+    want_coords = expected_coords(report, topics.ORDERS)
+
+    bronze = run_flow(spark, BY_NAME["bronze_orders"], dataclasses.replace(full, max_offsets_per_trigger=70))
+    # Spark shares the cap among the partitions by their backlog, rounding per partition: about 70 a batch.
+    assert bronze.batches >= -(-len(want_coords) // 70) > 1
+    assert sorted(coords(spark, tables.BRONZE_ORDERS, full)) == sorted(want_coords)
+
+    # 1 KiB is below any one Parquet file: a byte cap then takes one file per batch (Delta's soft cap).
+    files = spark.read.format("delta").load(tables.BRONZE_ORDERS.path(full.lake_root)).inputFiles()
+    silver = run_flow(spark, BY_NAME["silver_orders"], dataclasses.replace(full, max_bytes_per_trigger="1k"))
+    assert silver.batches == len(files) > 1
+    ids = event_ids(spark, tables.SILVER_ORDERS, full)
+    assert len(ids) == len(set(ids)), "a duplicate crossed a batch boundary"
+    assert set(ids) == expected_ids(records, topics.ORDERS)
