@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from schemas import tables
 from schemas.tables import TableSpec
-from streaming.lake_files import hadoop_fs
+from streaming.lake_files import hadoop_fs, has_delta_log
 
 
 def read_table(spark: SparkSession, table: TableSpec, lake_root: str) -> DataFrame:
@@ -21,7 +21,7 @@ def read_table(spark: SparkSession, table: TableSpec, lake_root: str) -> DataFra
 
 def existing_tables(spark: SparkSession, lake_root: str) -> list[TableSpec]:
     """The declared tables that have been created under this lake root."""
-    return [spec for spec in tables.ALL if DeltaTable.isDeltaTable(spark, spec.path(lake_root))]
+    return [spec for spec in tables.ALL if has_delta_log(spark, spec.path(lake_root))]
 
 
 def register_tables(spark: SparkSession, lake_root: str) -> list[str]:

@@ -131,10 +131,31 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     return runs.exit_status(result)
 
 
+def _through_endpoint(settings: Settings, request: dict) -> bool:
+    """Print what a running `lakehouse serve` answers to `request`; False if none is up for this lake."""
+    from orchestration.sql import SqlError
+    from orchestration.sql_endpoint import ask
+
+    answer = ask(settings, request)
+    if answer is None:
+        notice = ("no lakehouse serve running for this lake: starting Spark for this one query, a new JVM; "
+                  "`lakehouse serve` keeps one warm and answers in about a second")
+        logging.getLogger("lakehouse").info(notice)
+        if sys.stderr.isatty():   # a hint for a person; a script's stderr keeps to errors
+            print(f"({notice})", file=sys.stderr, flush=True)
+        return False
+    if "error" in answer:
+        raise SqlError(answer["error"])
+    print(answer["text"])
+    return True
+
+
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
     from infra.spark import get_spark
     from orchestration.sql import format_table, run_sql
 
+    if _through_endpoint(settings, {"kind": "sql", "query": args.query, "limit": args.limit}):
+        return 0
     columns, rows, truncated = run_sql(get_spark(settings, "lakehouse-sql"), settings.lake_root, args.query, args.limit)
     print(format_table(columns, rows))
     print(f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', more not shown: raise --limit' if truncated else ''})")
@@ -145,9 +166,17 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
     from infra.spark import get_spark
     from orchestration.sql import format_table, history
 
+    if _through_endpoint(settings, {"kind": "history", "table": args.table, "limit": args.limit}):
+        return 0
     columns, rows = history(get_spark(settings, "lakehouse-history"), settings.lake_root, args.table, args.limit)
     print(format_table(columns, rows))
     return 0
+
+
+def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    from orchestration.sql_endpoint import serve
+
+    return serve(settings)
 
 
 # How long dagster dev gets to stop its webserver, daemon and code servers before it is made to.
@@ -348,6 +377,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query")
     p.add_argument("--limit", type=_integer(1, 1_000_000), default=100, help="rows to print at most (default 100)")
     p.set_defaults(fn=cmd_sql)
+
+    p = sub.add_parser("serve", help="keep a Spark session running that lakehouse sql and history use (answers in ~1 s)",
+                       description="Starts Spark once and answers lakehouse sql and lakehouse history on a loopback "
+                                   "port (127.0.0.1, recorded with its PID in <home>/sql-endpoint.json) until Ctrl-C "
+                                   "or SIGTERM. Without it each of those commands starts its own JVM (15-40 s). "
+                                   "It reads the lake only, as those commands do, and sees tables created later.")
+    p.set_defaults(fn=cmd_serve)
 
     p = sub.add_parser("history", help="list a table's Delta versions, newest first, with what each one wrote",
                        description="One row per Delta commit: version, when (UTC), the operation, the rows it wrote "

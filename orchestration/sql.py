@@ -7,12 +7,12 @@ from datetime import datetime
 from numbers import Number
 from typing import Any, Iterator, Mapping, Sequence
 
-from delta.tables import DeltaTable
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from batch.catalog import VersionRange, existing_tables, register_tables, table_history, version_range
 from schemas import tables as table_specs
+from streaming.lake_files import has_delta_log
 
 
 class SqlError(ValueError):
@@ -179,7 +179,7 @@ def run_sql(spark: SparkSession, lake_root: str, query: str, limit: int = 100) -
         versions = {}
         if (exc.getCondition() or "") in TIME_TRAVEL_ERRORS:
             versions = {name: version_range(spark, path) for name, path in _time_travelled(spark, lake_root, query).items()
-                        if DeltaTable.isDeltaTable(spark, path)}
+                        if has_delta_log(spark, path)}
         raise SqlError(explain_sql_error(exc, tables, versions)) from None
     return df.columns, [tuple(r) for r in rows[:limit]], len(rows) > limit
 

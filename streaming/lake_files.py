@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 from pyspark.sql import SparkSession
+
+# A commit, or a checkpoint of any form (classic, multi-part, V2) that stands for the commits it replaced.
+_COMMIT_FILE = re.compile(r"^\d{20}\.(json|checkpoint\..+)$")
 
 
 def hadoop_fs(spark: SparkSession, path: str):
@@ -23,3 +28,12 @@ def delete_tree(spark: SparkSession, path: str) -> None:
     """Delete a folder and everything in it."""
     fs, jpath = hadoop_fs(spark, path)
     fs.delete(jpath, True)
+
+
+def has_delta_log(spark: SparkSession, path: str) -> bool:
+    """Whether a Delta table has been committed at `path`, read from its log folder at this moment.
+
+    Unlike DeltaTable.isDeltaTable, which answers from a DeltaLog the session caches without updating it,
+    so that a long-lived session keeps saying no for a table created after it first looked.
+    """
+    return any(_COMMIT_FILE.match(child.rsplit("/", 1)[-1]) for child in children(spark, path.rstrip("/") + "/_delta_log"))

@@ -1,0 +1,83 @@
+"""`lakehouse serve` as a user runs it: lakehouse sql and history go to its warm session, and without it still work."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_cli_commands import LAKEHOUSE, _end_offsets, lakehouse
+
+pytestmark = pytest.mark.integration
+
+NOTICE = "no lakehouse serve running"
+ANSWERED = "INFO lakehouse: answered "
+
+
+def _rows_on(bootstrap: str, topic: str) -> int:
+    return sum(n for (name, _), n in _end_offsets(bootstrap).items() if name == topic)
+
+
+def test_serve_answers_sql_and_history_and_sees_tables_created_after_it_started(broker, tmp_path):
+    """With lakehouse serve up, sql and history answer from it (no JVM of their own), errors stay one sentence."""
+    home = str(tmp_path / "home")
+    env = {"LAKEHOUSE_HOME": home}
+    environ = {**os.environ, "LAKEHOUSE_HOME": home, "LAKEHOUSE_JARS_DIR": broker.jars_dir,
+               "LAKEHOUSE_KAFKA_PORT": str(broker.kafka_port),
+               "LAKEHOUSE_KAFKA_CONTROLLER_PORT": str(broker.kafka_controller_port),
+               "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "2"}
+    out = open(tmp_path / "serve.out", "w")
+    server = subprocess.Popen([str(LAKEHOUSE), "serve"], env=environ, stdout=out, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    state = Path(home) / "sql-endpoint.json"
+    log = Path(home) / "logs" / "lakehouse.log"   # the endpoint's and every command's log
+    try:
+        deadline = time.monotonic() + 300
+        while not state.exists() and server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert state.exists(), (tmp_path / "serve.out").read_text()[-3000:]
+        assert json.loads(state.read_text())["pid"] == server.pid
+
+        # The lake was empty when the endpoint started: the table it now answers for came later.
+        assert lakehouse(broker, "topics", **env).returncode == 0
+        assert lakehouse(broker, "produce", "--count", "200", "--seed", "31", **env).returncode == 0
+        ran = lakehouse(broker, "run", "bronze_customers", **env)
+        assert ran.returncode == 0, ran.stderr[-2000:]
+        expected = _rows_on(broker.kafka_bootstrap, "shop.customers.v1")
+
+        query = lakehouse(broker, "sql", "SELECT count(*) AS n FROM bronze_customers", **env)
+        assert query.returncode == 0, query.stderr[-2000:]
+        assert log.read_text().count(ANSWERED) == 1 and NOTICE not in log.read_text(), "the endpoint did not answer"
+        # Every record of the topic, malformed or not, is one bronze row.
+        assert int(query.stdout.splitlines()[2]) == expected > 0 and "(1 row)" in query.stdout
+
+        history = lakehouse(broker, "history", "bronze_customers", **env)
+        assert history.returncode == 0 and log.read_text().count(ANSWERED) == 2, history.stderr[-2000:]
+        assert history.stdout.splitlines()[2].split("|")[0].strip() == "0"
+
+        for i, (args, sentence) in enumerate( [(("sql", "SELECT * FROM bronze_custmers"), "There is no table named bronze_custmers"),
+                               (("sql", "DELETE FROM bronze_customers"), "lakehouse sql is read-only"),
+                               (("history", "gold_nothing"), "There is no table named gold_nothing")]):
+            proc = lakehouse(broker, *args, **env)
+            errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+            assert proc.returncode == 2 and len(errors) == 1 and sentence in errors[0], (args, proc.stderr[-2000:])
+            assert "Traceback" not in proc.stderr
+            assert log.read_text().count(ANSWERED) == 3 + i and NOTICE not in log.read_text()
+    finally:
+        os.kill(server.pid, signal.SIGTERM)   # as `kill PID` does; its JVM is stopped by the endpoint
+        try:
+            code = server.wait(timeout=120)
+        finally:
+            os.killpg(server.pid, signal.SIGKILL) if server.poll() is None else None
+    assert code == 0, (tmp_path / "serve.out").read_text()[-3000:]
+    assert not state.exists(), "a stopped endpoint left its state file"
+
+    # Without an endpoint the command starts Spark itself, says so, and gives the same answer.
+    alone = lakehouse(broker, "sql", "SELECT count(*) AS n FROM bronze_customers", **env)
+    assert alone.returncode == 0 and NOTICE in log.read_text(), alone.stderr[-2000:]
+    assert int(alone.stdout.splitlines()[2]) == expected
