@@ -131,9 +131,11 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     return runs.exit_status(result)
 
 
-def _through_endpoint(settings: Settings, request: dict) -> bool:
-    """Print what a running `lakehouse serve` answers to `request`; False if none is up for this lake."""
-    from orchestration.sql import SqlError
+def _through_endpoint(settings: Settings, request: dict) -> int | None:
+    """Print what a running `lakehouse serve` answers to `request` and return the exit code; None if none is up.
+
+    Nothing here imports Spark: with an endpoint up, a command costs a Python start and the query.
+    """
     from orchestration.sql_endpoint import ask
 
     answer = ask(settings, request)
@@ -143,19 +145,21 @@ def _through_endpoint(settings: Settings, request: dict) -> bool:
         logging.getLogger("lakehouse").info(notice)
         if sys.stderr.isatty():   # a hint for a person; a script's stderr keeps to errors
             print(f"({notice})", file=sys.stderr, flush=True)
-        return False
+        return None
     if "error" in answer:
-        raise SqlError(answer["error"])
+        print(f"error: {answer['error']}", file=sys.stderr)
+        return 2
     print(answer["text"])
-    return True
+    return 0
 
 
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
+    code = _through_endpoint(settings, {"kind": "sql", "query": args.query, "limit": args.limit})
+    if code is not None:
+        return code
     from infra.spark import get_spark
     from orchestration.sql import format_table, run_sql
 
-    if _through_endpoint(settings, {"kind": "sql", "query": args.query, "limit": args.limit}):
-        return 0
     columns, rows, truncated = run_sql(get_spark(settings, "lakehouse-sql"), settings.lake_root, args.query, args.limit)
     print(format_table(columns, rows))
     print(f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', more not shown: raise --limit' if truncated else ''})")
@@ -163,11 +167,12 @@ def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
+    code = _through_endpoint(settings, {"kind": "history", "table": args.table, "limit": args.limit})
+    if code is not None:
+        return code
     from infra.spark import get_spark
     from orchestration.sql import format_table, history
 
-    if _through_endpoint(settings, {"kind": "history", "table": args.table, "limit": args.limit}):
-        return 0
     columns, rows = history(get_spark(settings, "lakehouse-history"), settings.lake_root, args.table, args.limit)
     print(format_table(columns, rows))
     return 0

@@ -1,0 +1,152 @@
+"""Bench: how long a person waits for `lakehouse sql`, with and without `lakehouse serve`, and for a small `lakehouse run`.
+
+    .venv/bin/python -m bench.interactive [--events 20000] [--rounds 3]
+
+Preloads shop events on a private broker and catches the whole pipeline up into a lake (untimed), then
+starts `lakehouse serve` on that lake and times, as a user types them, each command in its own process:
+
+- a gold query (revenue per currency over gold_revenue_per_minute) without an endpoint (the command starts
+  its own Spark) and with the endpoint up;
+- the same query with a mistyped table name (one sentence back), both ways;
+- `lakehouse run bronze_customers` (a Dagster run of one small asset; it starts Spark in its run worker).
+
+"Without" runs from a second state folder on the same lake, where no endpoint is recorded. Each round
+runs every case once, the order rotating; the figures are medians after a warm-up of each. The answers
+with and without the endpoint must be the same text, or the bench stops. Issue 10's target: a gold query
+in at most 3 s and a small materialization in at most 10 s when the services are up. It writes
+bench/results/interactive.json and appends a row to docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from bench import harness
+from bench.harness import say
+
+NAME = "interactive"
+LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
+QUERY = ("SELECT currency, sum(revenue_cents) AS revenue_cents, sum(orders) AS orders "
+         "FROM gold_revenue_per_minute GROUP BY currency ORDER BY currency")
+TYPO = "SELECT * FROM gold_revenue_per_minut"
+TARGET_QUERY_S, TARGET_RUN_S = 3.0, 10.0
+
+
+def environment(settings, home: str) -> dict[str, str]:
+    return {**os.environ, "LAKEHOUSE_HOME": home, "LAKEHOUSE_LAKE_ROOT": settings.lake_root,
+            "LAKEHOUSE_JARS_DIR": settings.jars_dir, "LAKEHOUSE_KAFKA_PORT": str(settings.kafka_port),
+            "LAKEHOUSE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port)}
+
+
+def command(env: dict[str, str], *args: str, ok: set[int] = frozenset({0})) -> Callable[[str], dict]:
+    """A side that runs `lakehouse ARGS` once and returns its seconds and output."""
+    def side(_label: str) -> dict:
+        began = time.perf_counter()
+        proc = subprocess.run([str(LAKEHOUSE), *args], env=env, capture_output=True, text=True, timeout=900)
+        seconds = time.perf_counter() - began
+        if proc.returncode not in ok:
+            raise RuntimeError(f"lakehouse {' '.join(args)} exited {proc.returncode}: {proc.stderr[-1500:]}")
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        return {"seconds": seconds, "out": proc.stdout + "\n".join(errors)}
+    return side
+
+
+def start_endpoint(env: dict[str, str], home: str) -> tuple[subprocess.Popen, float]:
+    began = time.perf_counter()
+    log = open(Path(home) / "serve.out", "w")
+    proc = subprocess.Popen([str(LAKEHOUSE), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    state = Path(home) / "sql-endpoint.json"
+    while not state.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"lakehouse serve exited {proc.returncode}; see {home}/serve.out")
+        time.sleep(0.1)
+    return proc, time.perf_counter() - began
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.interactive", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=20_000, help="shop events in the lake (default 20000)")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds (default 3)")
+    parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
+    args = parser.parse_args(argv)
+    started, load = harness.utc_now(), harness.load_now()
+    say(f"bench.interactive: {args.events:,} shop events, {args.rounds} rounds; {harness.machine()}")
+    with harness.bench_home(NAME) as settings, harness.private_broker(settings) as broker:
+        from bench.quality import catch_up
+
+        harness.send(harness.shop_events(args.events), args.events, broker.bootstrap)
+        with harness.spark_session(settings, NAME) as (spark, _pid):
+            result = catch_up(spark, harness.project_context(settings, settings.lake_root), 3)
+            say(f"lake caught up (untimed) in {result['total_s']:.0f} s")
+        warm = environment(settings, settings.home)
+        cold_home = str(Path(settings.home) / "no-endpoint")
+        cold = environment(settings, cold_home)
+        endpoint, start_s = start_endpoint(warm, settings.home)
+        say(f"lakehouse serve up in {start_s:.1f} s (pid {endpoint.pid})")
+        try:
+            sides = {
+                "query, no endpoint": command(cold, "sql", QUERY),
+                "query, endpoint": command(warm, "sql", QUERY),
+                "typo, no endpoint": command(cold, "sql", TYPO, ok={2}),
+                "typo, endpoint": command(warm, "sql", TYPO, ok={2}),
+                "run bronze_customers": command(warm, "run", "bronze_customers"),
+            }
+            runs = harness.alternate(sides, args.rounds)
+        finally:
+            endpoint.send_signal(signal.SIGTERM)
+            endpoint.wait(timeout=120)
+        for case in ("query", "typo"):
+            answers = {run["out"] for side in (f"{case}, no endpoint", f"{case}, endpoint") for run in runs[side]}
+            if len(answers) != 1:
+                raise RuntimeError(f"the {case} answers differ with and without the endpoint: {answers}")
+        shutil.rmtree(cold_home, ignore_errors=True)
+        # The endpoint logs how long each answer took inside it: the rest of a command's time is its own start.
+        inside = [float(m.group(1)) for m in re.finditer(r"answered sql in ([\d.]+) s",
+                                                         (Path(settings.log_dir) / "lakehouse.log").read_text())]
+    median = {side: statistics.median(r["seconds"] for r in rs) for side, rs in runs.items()}
+    for side, seconds in median.items():
+        say(f"{side}: median {seconds:.2f} s")
+    inside_s = statistics.median(inside) if inside else float("nan")
+    say(f"inside the endpoint: median {inside_s:.2f} s per sql answer ({len(inside)} answers)")
+    figure = (f"gold query {median['query, no endpoint']:.1f} s -> {median['query, endpoint']:.2f} s with lakehouse serve "
+              f"({median['query, no endpoint'] / median['query, endpoint']:.1f}x; target <= {TARGET_QUERY_S:.0f} s "
+              f"{harness.met(median['query, endpoint'] <= TARGET_QUERY_S)}); mistyped table "
+              f"{median['typo, no endpoint']:.1f} s -> {median['typo, endpoint']:.2f} s; inside the endpoint {inside_s:.2f} s "
+              f"per answer; lakehouse run bronze_customers "
+              f"{median['run bronze_customers']:.1f} s (target <= {TARGET_RUN_S:.0f} s "
+              f"{harness.met(median['run bronze_customers'] <= TARGET_RUN_S)}: Dagster runs still start their own Spark)")
+    say(figure)
+    if args.no_record:
+        return 0
+    result = {"started": started.isoformat(), "events": args.events, "rounds": args.rounds, "serve_start_s": round(start_s, 2),
+              "inside_endpoint_median_s": round(inside_s, 3),
+              "median_s": {k: round(v, 3) for k, v in median.items()},
+              "runs": {side: harness.rounded([{k: v for k, v in r.items() if k != "out"} for r in rs])
+                       for side, rs in runs.items()}}
+    row = harness.docs_row(
+        f"{started:%Y-%m-%d %H:%M}", f"`{harness.command_line('bench.interactive', argv)}`",
+        f"a lake of {args.events:,} shop events (all 22 flows caught up); each command in its own process as a user "
+        f"types it; median of {args.rounds} rotating rounds after a warm-up; before = no endpoint (the command starts "
+        f"Spark), after = `lakehouse serve` up (started in {start_s:.1f} s)",
+        f"gold query {median['query, no endpoint']:.2f} s; mistyped table {median['typo, no endpoint']:.2f} s",
+        f"gold query {median['query, endpoint']:.2f} s; mistyped table {median['typo, endpoint']:.2f} s; "
+        f"lakehouse run bronze_customers {median['run bronze_customers']:.1f} s",
+        figure, f"{harness.machine()}, {harness.load_now()} at the end (load {load} at the start)")
+    harness.record(NAME, result, row)
+    print(json.dumps(result["median_s"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
