@@ -453,12 +453,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from orchestration.demo import DemoFailed
     from orchestration.runs import UnknownAsset, UnknownJob, UnknownPartition
     from orchestration.sql import SqlError
+    from orchestration.sql_endpoint import EndpointError
     from streaming.generator import MixError
     from streaming.kafka_topics import KafkaUnreachable
     from streaming.continuous import UnknownTable as NotStreamed
 
     return (SettingsError, JarsMissing, BrokerError, KafkaUnreachable, SqlError, DemoFailed, UnknownAsset, UnknownJob,
-            UnknownPartition, MixError, UnknownTable, BadRange, BadReplay, NotStreamed)
+            UnknownPartition, MixError, UnknownTable, BadRange, BadReplay, NotStreamed, EndpointError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,7 +55,7 @@ def running_endpoint(settings: Settings) -> Endpoint | None:
 
 
 class EndpointError(RuntimeError):
-    """The endpoint answered with something other than a result or a user's error."""
+    """The endpoint cannot start, or answered with something other than a result or a user's error."""
 
 
 def ask(settings: Settings, request: dict[str, Any]) -> dict[str, Any] | None:
@@ -121,9 +121,8 @@ def serve(settings: Settings, *, ready: Callable[[Endpoint], None] = lambda _e: 
 
     other = running_endpoint(settings)
     if other is not None:
-        print(f"error: lakehouse serve is already running for this lake (pid {other.pid}); "
-              f"stop it first (kill {other.pid}).", flush=True)
-        return 2
+        raise EndpointError(f"lakehouse serve is already running for this lake (pid {other.pid}); "
+                            f"stop it first (kill {other.pid}).")
     spark = get_spark(settings, "lakehouse-serve")
     started = time.monotonic()
     run_sql(spark, settings.lake_root, "SELECT 1")   # plans a first query: registers the tables, loads the parser

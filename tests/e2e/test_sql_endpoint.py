@@ -42,6 +42,9 @@ def test_serve_answers_sql_and_history_and_sees_tables_created_after_it_started(
             time.sleep(0.2)
         assert state.exists(), (tmp_path / "serve.out").read_text()[-3000:]
         assert json.loads(state.read_text())["pid"] == server.pid
+        second = lakehouse(broker, "serve", **env)
+        assert second.returncode == 2 and second.stderr.startswith(
+            f"error: lakehouse serve is already running for this lake (pid {server.pid})"), second.stderr[-2000:]
 
         # The lake was empty when the endpoint started: the table it now answers for came later.
         assert lakehouse(broker, "topics", **env).returncode == 0
