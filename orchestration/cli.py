@@ -386,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="keep a Spark session running that lakehouse sql and history use (answers in ~1 s)",
                        description="Starts Spark once and answers lakehouse sql and lakehouse history on a loopback "
                                    "port (127.0.0.1, recorded with its PID in <home>/sql-endpoint.json) until Ctrl-C "
-                                   "or SIGTERM. Without it each of those commands starts its own JVM (15-40 s). "
+                                   "or SIGTERM. Without it each of those commands starts its own JVM (10-40 s). "
                                    "It reads the lake only, as those commands do, and sees tables created later.")
     p.set_defaults(fn=cmd_serve)
 

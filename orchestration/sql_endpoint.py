@@ -1,6 +1,6 @@
 """`lakehouse serve`: a long-lived Spark session that `lakehouse sql` and `lakehouse history` send their queries to.
 
-Starting Spark costs a JVM and 15-40 s on a small machine; a query over a gold table then takes well under a
+Starting Spark costs a JVM and 10-40 s on a small machine; a query over a gold table then takes about a
 second. So `lakehouse serve` starts one session, keeps it, and answers queries on a loopback HTTP port
 (127.0.0.1 only, a port the system picks) that it writes with its PID to `<home>/sql-endpoint.json`. The
 commands read that file: with an endpoint up for the same lake they send the query there, otherwise they
