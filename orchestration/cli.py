@@ -131,51 +131,37 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     return runs.exit_status(result)
 
 
-def _through_endpoint(settings: Settings, request: dict) -> int | None:
-    """Print what a running `lakehouse serve` answers to `request` and return the exit code; None if none is up.
+def _answer(settings: Settings, request: dict, app_name: str) -> int:
+    """Print what `lakehouse sql` or `history` answers to `request` and return the exit code.
 
-    Nothing here imports Spark: with an endpoint up, a command costs a Python start and the query.
+    A running `lakehouse serve` answers without this process importing Spark; otherwise the same code runs
+    here in a Spark session of its own.
     """
-    from orchestration.sql_endpoint import ask
+    from orchestration.sql_endpoint import answer, ask
 
-    answer = ask(settings, request)
-    if answer is None:
+    result = ask(settings, request)
+    if result is None:
         notice = ("no lakehouse serve running for this lake: starting Spark for this one query, a new JVM; "
                   "`lakehouse serve` keeps one warm and answers in about a second")
         logging.getLogger("lakehouse").info(notice)
         if sys.stderr.isatty():   # a hint for a person; a script's stderr keeps to errors
             print(f"({notice})", file=sys.stderr, flush=True)
-        return None
-    if "error" in answer:
-        print(f"error: {answer['error']}", file=sys.stderr)
+        from infra.spark import get_spark
+
+        result = answer(get_spark(settings, app_name), settings, request)
+    if "error" in result:
+        print(f"error: {result['error']}", file=sys.stderr)
         return 2
-    print(answer["text"])
+    print(result["text"])
     return 0
 
 
 def cmd_sql(settings: Settings, args: argparse.Namespace) -> int:
-    code = _through_endpoint(settings, {"kind": "sql", "query": args.query, "limit": args.limit})
-    if code is not None:
-        return code
-    from infra.spark import get_spark
-    from orchestration.sql import format_table, run_sql
-
-    columns, rows, truncated = run_sql(get_spark(settings, "lakehouse-sql"), settings.lake_root, args.query, args.limit)
-    print(format_table(columns, rows))
-    print(f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', more not shown: raise --limit' if truncated else ''})")
-    return 0
+    return _answer(settings, {"kind": "sql", "query": args.query, "limit": args.limit}, "lakehouse-sql")
 
 
 def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
-    code = _through_endpoint(settings, {"kind": "history", "table": args.table, "limit": args.limit})
-    if code is not None:
-        return code
-    from infra.spark import get_spark
-    from orchestration.sql import format_table, history
-
-    columns, rows = history(get_spark(settings, "lakehouse-history"), settings.lake_root, args.table, args.limit)
-    print(format_table(columns, rows))
-    return 0
+    return _answer(settings, {"kind": "history", "table": args.table, "limit": args.limit}, "lakehouse-history")
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:

@@ -114,7 +114,7 @@ def _handler(run: Callable[[dict[str, Any]], dict[str, Any]]) -> type[BaseHTTPRe
     return Handler
 
 
-def serve(settings: Settings, *, ready: Callable[[Endpoint], None] = lambda _e: None) -> int:
+def serve(settings: Settings) -> int:
     """Start Spark, warm it on the lake, answer requests until SIGTERM or Ctrl-C; 0 when stopped."""
     from infra.spark import get_spark
     from orchestration.sql import run_sql
@@ -147,7 +147,6 @@ def serve(settings: Settings, *, ready: Callable[[Endpoint], None] = lambda _e: 
     tmp.replace(path)   # readers never see half a file
     print(f"lakehouse serve: SQL endpoint for {settings.lake_root} on {HOST}:{endpoint.port} (pid {endpoint.pid}); "
           "lakehouse sql and lakehouse history now use it. Ctrl-C or SIGTERM stops it.", flush=True)
-    ready(endpoint)
     try:
         while not stop.wait(0.5):
             pass

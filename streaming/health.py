@@ -9,7 +9,6 @@ runs, stalls or was stopped.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
@@ -19,9 +18,9 @@ from pyarrow import fs as pafs
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.flows import Flow
+from streaming.lake_files import DELTA_LOG_VERSION_FILE
 from streaming.sources import stream_path
 
-_VERSION_FILE = re.compile(r"^(\d{20})\.(json|checkpoint\.parquet)$")
 
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -52,7 +51,7 @@ def _read(uri: str) -> str:
 def latest_version(table_uri: str) -> int | None:
     """The newest version in a Delta table's log (None when there is no table)."""
     versions = [int(m.group(1)) for info in _listing(f"{table_uri.rstrip('/')}/_delta_log")
-                if (m := _VERSION_FILE.match(info.base_name))]
+                if (m := DELTA_LOG_VERSION_FILE.match(info.base_name))]
     return max(versions) if versions else None
 
 

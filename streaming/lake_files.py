@@ -6,8 +6,9 @@ import re
 
 from pyspark.sql import SparkSession
 
-# A commit, or a checkpoint of any form (classic, multi-part, V2) that stands for the commits it replaced.
-_COMMIT_FILE = re.compile(r"^\d{20}\.(json|checkpoint\..+)$")
+# A file of a Delta log that names a version: a commit, or a checkpoint of any form (classic, multi-part,
+# V2) that stands for the commits it replaced. Group 1 is the version.
+DELTA_LOG_VERSION_FILE = re.compile(r"^(\d{20})\.(json|checkpoint\..+)$")
 
 
 def hadoop_fs(spark: SparkSession, path: str):
@@ -36,4 +37,4 @@ def has_delta_log(spark: SparkSession, path: str) -> bool:
     Unlike DeltaTable.isDeltaTable, which answers from a DeltaLog the session caches without updating it,
     so that a long-lived session keeps saying no for a table created after it first looked.
     """
-    return any(_COMMIT_FILE.match(child.rsplit("/", 1)[-1]) for child in children(spark, path.rstrip("/") + "/_delta_log"))
+    return any(DELTA_LOG_VERSION_FILE.match(child.rsplit("/", 1)[-1]) for child in children(spark, path.rstrip("/") + "/_delta_log"))

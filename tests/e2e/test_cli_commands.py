@@ -27,8 +27,9 @@ pytestmark = pytest.mark.integration
 LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
 
 
-def lakehouse(settings, *args: str, **env: str) -> subprocess.CompletedProcess:
-    environ = {
+def environment(settings, **env: str) -> dict[str, str]:
+    """The environment a `lakehouse` command gets: the test broker's ports and jars, then `env` over them."""
+    return {
         **os.environ,
         "LAKEHOUSE_HOME": settings.home,
         "LAKEHOUSE_JARS_DIR": settings.jars_dir,
@@ -37,7 +38,11 @@ def lakehouse(settings, *args: str, **env: str) -> subprocess.CompletedProcess:
         "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "2",
         **env,
     }
-    return subprocess.run([str(LAKEHOUSE), *args], env=environ, capture_output=True, text=True, timeout=600)
+
+
+def lakehouse(settings, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LAKEHOUSE), *args], env=environment(settings, **env), capture_output=True, text=True,
+                          timeout=600)
 
 
 def test_topics_produce_status_run_and_sql(broker):

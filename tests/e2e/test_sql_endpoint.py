@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_cli_commands import LAKEHOUSE, _end_offsets, lakehouse
+from tests.e2e.test_cli_commands import LAKEHOUSE, _end_offsets, environment, lakehouse
 
 pytestmark = pytest.mark.integration
 
@@ -27,12 +27,8 @@ def test_serve_answers_sql_and_history_and_sees_tables_created_after_it_started(
     """With lakehouse serve up, sql and history answer from it (no JVM of their own), errors stay one sentence."""
     home = str(tmp_path / "home")
     env = {"LAKEHOUSE_HOME": home}
-    environ = {**os.environ, "LAKEHOUSE_HOME": home, "LAKEHOUSE_JARS_DIR": broker.jars_dir,
-               "LAKEHOUSE_KAFKA_PORT": str(broker.kafka_port),
-               "LAKEHOUSE_KAFKA_CONTROLLER_PORT": str(broker.kafka_controller_port),
-               "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "2"}
     out = open(tmp_path / "serve.out", "w")
-    server = subprocess.Popen([str(LAKEHOUSE), "serve"], env=environ, stdout=out, stderr=subprocess.STDOUT,
+    server = subprocess.Popen([str(LAKEHOUSE), "serve"], env=environment(broker, **env), stdout=out, stderr=subprocess.STDOUT,
                               start_new_session=True)
     state = Path(home) / "sql-endpoint.json"
     log = Path(home) / "logs" / "lakehouse.log"   # the endpoint's and every command's log
@@ -76,7 +72,8 @@ def test_serve_answers_sql_and_history_and_sees_tables_created_after_it_started(
         try:
             code = server.wait(timeout=120)
         finally:
-            os.killpg(server.pid, signal.SIGKILL) if server.poll() is None else None
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGKILL)
     assert code == 0, (tmp_path / "serve.out").read_text()[-3000:]
     assert not state.exists(), "a stopped endpoint left its state file"
 
