@@ -129,7 +129,9 @@ BOOLEAN = Rule("use true, false, yes, no, 1 or 0", _parse_bool, lambda v: isinst
 DURATION = _matching(rf"{_DURATION_PART}(?: {_DURATION_PART})*",
                      'use a Spark interval such as "30 seconds", "10 minutes", "1 hour" or "1 day 12 hours"', re.I)
 MEMORY = _matching(r"[1-9]\d*[kmgt]", "use a size such as 512m or 2g (k, m, g or t)", re.I)
-BYTES_OR_ZERO = _matching(r"0|[1-9]\d*[kmgt]", "use a size such as 128m or 1g (k, m, g or t), or 0", re.I)
+# At most six digits: Delta parses the size into a long and refuses one that overflows it when the stream starts.
+BYTES_OR_ZERO = _matching(r"0|[1-9]\d{0,5}[kmgt]", "use a size such as 128m or 1g (k, m, g or t, up to 6 digits), or 0",
+                          re.I)
 INSTANT = Rule("use an ISO-8601 instant with a zone such as 2000-01-01T00:00:00Z", check=_is_instant)
 SPARK_MASTER = _matching(
     rf"local|local\[(?:\*|[1-9]\d*)(?:,[1-9]\d*)?\]|spark://{_HOST_PORTS}|yarn|k8s://\S+",

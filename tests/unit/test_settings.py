@@ -188,6 +188,7 @@ def test_every_described_variable_is_read_by_from_env():
         ("LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER", "-5", "from 0 (no cap) to"),
         ("LAKEHOUSE_MAX_BYTES_PER_TRIGGER", "128", "such as 128m"),
         ("LAKEHOUSE_MAX_BYTES_PER_TRIGGER", "-1g", "such as 128m"),
+        ("LAKEHOUSE_MAX_BYTES_PER_TRIGGER", "99999999999999g", "up to 6 digits"),
         ("LAKEHOUSE_KAFKA_REPLICATION_FACTOR", "0", "from 1 to"),
         ("LAKEHOUSE_KAFKA_REPLICATION_FACTOR", "1.5", "integer"),
         ("LAKEHOUSE_SPARK_UI", "maybe", "true, false, yes, no, 1 or 0"),
