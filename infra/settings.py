@@ -232,9 +232,10 @@ class Settings:
         500_000, "Cap on Kafka records per micro-batch, so a backlog of any size is caught up in bounded "
         "batches; 0 means no cap.", _integer(0, 1_000_000_000, " (no cap)"))
     max_bytes_per_trigger: str = _setting(
-        "0", "Soft cap on the Delta files a flow reading a table takes per micro-batch (e.g. 64m); 0 means "
-        "Delta's cap of 1000 files. A cap splits a new flow's first read of an existing table, which Delta "
-        "orders by file time, not event time: more of its events can then count as late.", BYTES_OR_ZERO)
+        "32m", "Soft cap on the Delta files a flow reading a table takes per micro-batch, so a backlog of any "
+        "size is caught up in bounded batches; 0 means Delta's cap of 1000 files. A batch that ends inside a "
+        "source commit holds the flow's watermark until the commit is read, so the cap changes the batches, "
+        "not which events count as late.", BYTES_OR_ZERO)
     catch_up_parallel: int = _setting(
         3, "Flows a catch-up runs at once (those that do not read each other's tables); 1 runs them one by one.",
         _integer(1, 64))

@@ -10,7 +10,10 @@ function, `EventTimeWriter`, that streaming passes to foreachBatch and the batch
 2. rows behind it go to `late_arrivals` with the flow, the watermark and the Kafka coordinates;
 3. the rest go to the flow's step, which merges them into its table (partial aggregates added to
    windows, sessions re-merged, join state matched and evicted) under the same watermark;
-4. the new newest event time is saved last, in a one-row Delta table beside the flow's state.
+4. the new newest event time is saved last, in a one-row Delta table beside the flow's state. A batch
+   that ends inside a source commit (a byte cap splits its files, read in file order) saves it apart
+   and keeps the watermark where it was until a batch ends on a commit boundary: a cap changes the
+   batches, not which events are late.
 
 Each write carries Delta's (txnAppId, txnVersion): a batch replayed after a crash writes nothing
 twice and, because the watermark is saved last, sees the watermark it saw the first time. So every
@@ -33,6 +36,7 @@ from pyspark.sql import functions as F
 
 from schemas.tables import LATE_ARRIVALS, TableSpec
 from streaming.context import BatchScope, FlowContext, QualityGate, iso_micros
+from streaming.lake_files import has_delta_log
 from streaming.positions import RecordsPositions, UserMetadata
 from streaming.sinks import append_once, dml_once, ensure_table
 from streaming.transforms.silver import to_late_arrivals
@@ -40,6 +44,8 @@ from streaming.transforms.silver import to_late_arrivals
 log = logging.getLogger(__name__)
 
 _UNSET = object()
+# watermark_after while a new flow holds its first watermark (a split commit): no window or join closes.
+_NOTHING_CLOSES = -(1 << 62)
 
 
 class StaleGoldTable(RuntimeError):
@@ -202,13 +208,19 @@ class EventTimeWriter(RecordsPositions):
         self.watermark_path = f"{self.state_root}/watermark"
         self.late_path = LATE_ARRIVALS.path(lake_root)
         self.stats = GoldBatchStats()
-        self._max: object = _UNSET
+        self._max: object = _UNSET    # the newest event time the watermark counts
+        self._seen: int | None = None  # the newest event time accepted (ahead of _max while a commit is split)
 
     def _saved_max(self, spark: SparkSession) -> int | None:
-        """The newest event time the flow accepted, as the last committed batch saved it."""
-        if DeltaTable.isDeltaTable(spark, self.watermark_path):
+        """The newest event time the watermark counts, as the last committed batch saved it (and sets `_seen`)."""
+        if has_delta_log(spark, self.watermark_path):
             row = spark.read.format("delta").load(self.watermark_path).first()
-            return None if row is None else row["max_event_micros"]
+            if row is None:
+                return None
+            saved = row.asDict()
+            # A batch that ended inside a source commit saved the newest event time it accepted apart.
+            self._seen = saved.get("seen_max_micros") or saved["max_event_micros"]
+            return saved["max_event_micros"]
         target = self.target.path(self.lake_root)
         if DeltaTable.isDeltaTable(spark, target) and spark.read.format("delta").load(target).limit(1).count():
             raise StaleGoldTable(
@@ -220,18 +232,20 @@ class EventTimeWriter(RecordsPositions):
     def settle(self, spark: SparkSession) -> None:
         """Fill in the watermark and state size for a run that had nothing new to read."""
         if self._max is _UNSET:
-            if DeltaTable.isDeltaTable(spark, self.watermark_path):
+            if has_delta_log(spark, self.watermark_path):
                 self._max = self._saved_max(spark)
         if self.stats.watermark_micros is None and isinstance(self._max, int):
             self.stats.watermark_micros = self._max - self.delay
         if self.count_state is not None and self.stats.state_rows is None:
             self.stats.state_rows = self.count_state(spark, self.state_root)
 
-    def _save_max(self, spark: SparkSession, max_micros: int, batch_id: int, txn: str, user_metadata: str | None) -> None:
+    def _save_max(self, spark: SparkSession, max_micros: int | None, seen_micros: int, batch_id: int, txn: str,
+                  user_metadata: str | None) -> None:
         row = spark.createDataFrame(
-            [(max_micros, batch_id)], "max_event_micros BIGINT, batch_id BIGINT"
+            [(max_micros, batch_id, seen_micros)], "max_event_micros BIGINT, batch_id BIGINT, seen_max_micros BIGINT"
         ).withColumn("saved_at", F.current_timestamp())
-        writer = (row.write.format("delta").mode("overwrite")
+        # overwriteSchema: a watermark saved before seen_max_micros existed lacks the column.
+        writer = (row.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
                   .option("txnAppId", f"{txn}-watermark").option("txnVersion", str(batch_id)))
         if user_metadata is not None:
             writer = writer.option("userMetadata", user_metadata)
@@ -245,6 +259,7 @@ class EventTimeWriter(RecordsPositions):
             self._max = self._saved_max(spark)
         max_before: int | None = self._max  # type: ignore[assignment]
         watermark = None if max_before is None else max_before - self.delay
+        hold = record.ends_inside_a_commit   # see BatchRecord.ends_inside_a_commit
         micros = F.unix_micros(F.col(self.event_time))
         is_late = F.lit(False) if watermark is None else micros < F.lit(watermark)
 
@@ -264,21 +279,24 @@ class EventTimeWriter(RecordsPositions):
                             user_metadata=record.metadata())
                 log.warning("flow %s: %d events behind the watermark %s went to late_arrivals",
                             self.flow, n_late, iso_micros(watermark))
-            new_max = batch_max if max_before is None else max(max_before, batch_max or max_before)
+            seen = self._seen if self._seen is not None else max_before
+            new_seen = batch_max if seen is None else max(seen, batch_max or seen)
+            new_max = max_before if hold else new_seen
             written = 0
             if rows - n_late:
                 at = Step(spark=spark, batch_id=batch_id, app_id=txn, lake_root=self.lake_root,
                           target=self.target, state_root=self.state_root, watermark=watermark,
-                          watermark_after=new_max - self.delay, user_metadata=record.metadata(),
+                          watermark_after=_NOTHING_CLOSES if new_max is None else new_max - self.delay,
+                          user_metadata=record.metadata(),
                           **quality_of(self.ctx, self.flow, batch_id, batch))
                 written = self.step(self.aggregate(batch.where(~is_late)), at)
         finally:
             batch.unpersist()
-        if new_max is not None:
+        if new_seen is not None:
             # Saved last: a batch replayed after a crash finds the watermark it saw the first time. Its
             # commit is the batch's final one: a lost checkpoint is rebuilt with this batch committed.
-            self._save_max(spark, new_max, batch_id, txn, record.metadata(final=True))
-            self._max = new_max
+            self._save_max(spark, new_max, new_seen, batch_id, txn, record.metadata(final=True))
+            self._max, self._seen = new_max, new_seen
 
         stats = self.stats
         stats.batches += 1
@@ -290,7 +308,7 @@ class EventTimeWriter(RecordsPositions):
             stats.watermark_micros = new_max - self.delay
         if row["min_on_time"] is not None:
             stats.min_event_micros = min(filter(None, (stats.min_event_micros, row["min_on_time"])))
-            stats.max_event_micros = new_max
+            stats.max_event_micros = new_seen
         if self.count_state is not None:
             stats.state_rows = self.count_state(spark, self.state_root)
 

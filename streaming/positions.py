@@ -592,13 +592,24 @@ class BatchRecord:
     txn_app_id: str
     record: dict[str, Any] | None
 
-    def metadata(self, *, final: bool = False) -> str | None:
-        """The JSON for a commit of this batch; `final` marks the batch's last write."""
+    def metadata(self, *, final: bool = False, **extra: Any) -> str | None:
+        """The JSON for a commit of this batch; `final` marks the batch's last write, `extra` adds keys."""
         if self.record is None:
             return None
-        record = dict(self.record)
+        record = {**self.record, **extra}
         flow, batch, sources = record.pop("flow"), record.pop("batch", None), record.pop("sources", None)
         return commit_metadata(flow, batch, sources, **record, final=True if final else None)
+
+    @property
+    def ends_inside_a_commit(self) -> bool:
+        """Whether the batch stopped part way through a source table's commit (or its initial snapshot).
+
+        A byte or file cap splits a commit's files over several batches, in file order, not event
+        time order: the event-time writers hold their watermark until a batch ends on a commit's
+        boundary, so that a cap never turns the rest of a commit into late arrivals.
+        """
+        sources = (self.record or {}).get("sources") or {}
+        return any(pos is not None and "offsets" not in pos and not is_exact_version(pos) for pos in sources.values())
 
 
 class RecordsPositions:

@@ -13,7 +13,10 @@ batch every record goes to exactly one place:
 Spark's own `dropDuplicatesWithinWatermark` drops the late rows with only a counter, which is why this
 step keeps its own watermark. It is derived from silver itself (max event time at start, then from each
 batch it writes), and silver is written last in each batch, so a batch replayed after a crash sees the
-watermark it saw the first time. Each table is appended with Delta's (txnAppId, txnVersion), so a
+watermark it saw the first time. A batch that ends inside a source commit (a byte cap splits a commit's
+files, which Delta reads in file order, not event time order) holds the watermark where it was, and its
+silver commit says so (`held`, `held_max_micros`); the watermark moves on at the next commit boundary. So a cap
+changes the batches, not which events are late. Each table is appended with Delta's (txnAppId, txnVersion), so a
 replayed batch is never written twice; each commit also records where the batch's source stood, the
 last one marked final, so that a lost checkpoint can be rebuilt (streaming/positions.py).
 """
@@ -32,7 +35,8 @@ from pyspark.sql import functions as F
 from schemas.events import EventSchema
 from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
 from streaming.context import FlowContext, iso_micros
-from streaming.positions import RecordsPositions
+from streaming.lake_files import has_delta_log
+from streaming.positions import RecordsPositions, parse_metadata
 from streaming.sinks import append_once
 from streaming.transforms.silver import to_late_arrivals, to_quarantine, to_silver
 
@@ -76,22 +80,33 @@ class SilverWriter(RecordsPositions):
         self.delay = dedup_delay_micros
         self.app_id = app_id
         self.stats = SilverBatchStats()
-        self._max_micros: object = _UNSET
+        self._max_micros: object = _UNSET   # the newest event time the watermark counts (see below)
+        self._seen_micros: int | None = None  # the newest event time silver holds
 
-    def _silver_max_micros(self, spark: SparkSession) -> int | None:
-        """The newest event time silver holds: where the watermark stood when this query started."""
-        if not DeltaTable.isDeltaTable(spark, self.silver_path):
-            return None
-        row = spark.read.format("delta").load(self.silver_path).agg(F.max(F.unix_micros(self.schema.event_time))).first()
-        return row[0]
+    def _start(self, spark: SparkSession) -> None:
+        """Where the watermark stood when this query started: silver's newest event time, or the one held.
+
+        A batch that ended inside a source commit held the watermark (`BatchRecord.ends_inside_a_commit`)
+        and its silver commit says at what (`held`, and `held_max_micros` unless it had none yet): a query
+        restarted there holds it too.
+        """
+        self._max_micros = self._seen_micros = None
+        if not has_delta_log(spark, self.silver_path):
+            return
+        self._seen_micros = (spark.read.format("delta").load(self.silver_path)
+                             .agg(F.max(F.unix_micros(self.schema.event_time))).first()[0])
+        last = parse_metadata(DeltaTable.forPath(spark, self.silver_path).history(1).first()["userMetadata"])
+        held = last is not None and last.get("flow") == self.flow and last.get("held")
+        self._max_micros = last.get("held_max_micros") if held else self._seen_micros
 
     def __call__(self, parsed: DataFrame, batch_id: int) -> None:
         spark = parsed.sparkSession
         batch = self.batch_record(spark, batch_id)
         txn = batch.txn_app_id
         if self._max_micros is _UNSET:
-            self._max_micros = self._silver_max_micros(spark)
+            self._start(spark)
         max_micros = self._max_micros
+        hold = batch.ends_inside_a_commit
         watermark = None if max_micros is None else max_micros - self.delay
         event_time = F.col(self.schema.event_time)
         is_late = F.lit(False) if watermark is None else F.unix_micros(event_time) < watermark
@@ -112,7 +127,7 @@ class SilverWriter(RecordsPositions):
             n_new, new_max = 0, None
             if n_valid:
                 fresh = self._first_copies(valid.where(~is_late))
-                if watermark is not None:
+                if self._seen_micros is not None:
                     fresh = self._not_in_silver(spark, fresh, watermark)
                 fresh = fresh.persist(StorageLevel.MEMORY_AND_DISK)
                 n_new, new_max = fresh.agg(F.count(F.lit(1)), F.max(F.unix_micros(event_time))).first()
@@ -134,15 +149,18 @@ class SilverWriter(RecordsPositions):
                             user_metadata=batch.metadata(final=last == "late"))
             if n_new:
                 # Written last: see the module docstring for why the order matters.
+                held = {"held": True, "held_max_micros": max_micros} if hold else {}
                 append_once(fresh, self.silver_path, app_id=txn, batch_id=batch_id,
-                            partition_by=self.silver.partition_by, user_metadata=batch.metadata(final=True))
+                            partition_by=self.silver.partition_by, user_metadata=batch.metadata(final=True, **held))
         finally:
             if fresh is not None:
                 fresh.unpersist()
             parsed.unpersist()
 
         if new_max is not None:
-            self._max_micros = new_max if max_micros is None else max(max_micros, new_max)
+            self._seen_micros = new_max if self._seen_micros is None else max(self._seen_micros, new_max)
+        if not hold:
+            self._max_micros = self._seen_micros
         rows = n_quarantined + n_late + n_valid
         stats = self.stats
         stats.batches += 1
@@ -166,14 +184,10 @@ class SilverWriter(RecordsPositions):
         )
         return first.select("_row.*")
 
-    def _not_in_silver(self, spark: SparkSession, fresh: DataFrame, watermark: int) -> DataFrame:
-        """Rows whose event id silver does not already hold; only partitions within the watermark are read."""
-        if not DeltaTable.isDeltaTable(spark, self.silver_path):
-            return fresh
-        since = datetime.fromtimestamp(watermark / 1e6, tz=timezone.utc).date()
-        seen = (
-            spark.read.format("delta").load(self.silver_path)
-            .where(F.col("event_date") >= F.lit(since))
-            .select("event_id")
-        )
-        return fresh.join(seen, "event_id", "left_anti")
+    def _not_in_silver(self, spark: SparkSession, fresh: DataFrame, watermark: int | None) -> DataFrame:
+        """Rows whose event id silver does not already hold; only partitions within the watermark are read (all without one)."""
+        seen = spark.read.format("delta").load(self.silver_path)
+        if watermark is not None:
+            since = datetime.fromtimestamp(watermark / 1e6, tz=timezone.utc).date()
+            seen = seen.where(F.col("event_date") >= F.lit(since))
+        return fresh.join(seen.select("event_id"), "event_id", "left_anti")

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from delta.tables import DeltaTable
+from pyspark.sql import functions as F
 
 from schemas import tables, topics
 from streaming.context import FlowContext
 from streaming.flows import BY_NAME
 from streaming.generator import Mix, generate
+from streaming.lake_files import has_delta_log
 from streaming.kafka_topics import ensure_topics
 from streaming.producer import produce
 from streaming.runner import run_flow, start_flow
@@ -141,21 +146,118 @@ def test_killing_bronze_and_silver_mid_stream_loses_and_duplicates_nothing(spark
     assert set(ids) == want_ids
 
 
+def added_per_version(spark, spec, ctx, columns=("topic", "partition", "offset")) -> list[set]:
+    """The rows each version of an append-only table added, oldest first: a plain read of every version."""
+    path = spec.path(ctx.lake_root)
+    latest = DeltaTable.forPath(spark, path).history(1).first()["version"]
+    before, added = set(), []
+    for version in range(latest + 1):
+        rows = {tuple(r) for r in spark.read.format("delta").option("versionAsOf", version).load(path)
+                .select(*columns).collect()}
+        added.append(rows - before)
+        before = rows
+    return added
+
+
+def occurred(record) -> datetime:
+    return datetime.fromisoformat(record.event["occurred_at"].replace("Z", "+00:00"))
+
+
+def split_by_watermark(units, delay: timedelta):
+    """The rule in plain Python: a record is late if it is behind the newest event time of the earlier units minus the delay.
+
+    A unit is what a flow reads as one: a new flow's initial snapshot of its source, then each commit
+    after it. However a byte cap splits units into batches, the split must come out the same.
+    """
+    newest, on_time, late = None, [], []
+    for unit in units:
+        cutoff = None if newest is None else newest - delay
+        mine = [(c, r) for c, r in unit if cutoff is None or occurred(r) >= cutoff]
+        late += [c for c, r in unit if cutoff is not None and occurred(r) < cutoff]
+        on_time += mine
+        newest = max([occurred(r) for _, r in mine] + ([newest] if newest else []), default=None)
+    return on_time, set(late)
+
+
+def late_coords(spark, ctx, flow: str) -> set:
+    path = tables.LATE_ARRIVALS.path(ctx.lake_root)
+    if not has_delta_log(spark, path):
+        return set()
+    rows = spark.read.format("delta").load(path).where(F.col("flow") == flow).select("topic", "partition", "offset")
+    return {tuple(r) for r in rows.collect()}
+
+
 def test_capped_catch_up_takes_a_backlog_in_bounded_batches_and_loses_nothing(spark, broker, produced, tmp_path):
-    """A record cap on Kafka and a byte cap on Delta split catch-ups into several batches; the tables stay exact."""
+    """A record cap on Kafka and a byte cap on Delta split catch-ups into batches; the tables, late rows included, stay exact."""
     records, report = produced
     full = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=broker.kafka_bootstrap)
     want_coords = expected_coords(report, topics.ORDERS)
+    by_coord = {(d.topic, d.partition, d.offset): records[i] for i, d in report.deliveries.items()}
+    # 1 KiB is below any one Parquet file: a byte cap then takes one file per batch (Delta's soft cap), so
+    # every commit of several files is split. A one-minute watermark is shorter than what a commit spans.
+    capped = dataclasses.replace(full, max_bytes_per_trigger="1k", silver_dedup_watermark="1 minute",
+                                 gold_watermark="1 minute")
+    bronze_flow, silver_flow, gold_flow = (BY_NAME[n] for n in ("bronze_orders", "silver_orders", "gold_revenue_per_minute"))
 
-    bronze = run_flow(spark, BY_NAME["bronze_orders"], dataclasses.replace(full, max_offsets_per_trigger=70))
+    # Bronze in two parts, so that silver reads its initial snapshot first and later commits after; silver
+    # and gold are each stopped part way through the snapshot (a batch holding the watermark) and resumed.
+    bronze_ctx = dataclasses.replace(full, max_offsets_per_trigger=70)
+    stop_after_batches(spark, bronze_flow, bronze_ctx, 2)
+    bronze_cut = latest_version(spark, tables.BRONZE_ORDERS, full)
+    stop_after_batches(spark, silver_flow, capped, 2)
+    assert last_record(spark, tables.SILVER_ORDERS, full).get("held"), "the stop must land inside the snapshot"
+    run_flow(spark, silver_flow, capped)
+    silver_cut = latest_version(spark, tables.SILVER_ORDERS, full)
+    stop_after_batches(spark, gold_flow, capped, 2)
+    run_flow(spark, gold_flow, capped)
+    run_flow(spark, bronze_flow, bronze_ctx)
     # Spark shares the cap among the partitions by their backlog, rounding per partition: about 70 a batch.
-    assert bronze.batches >= -(-len(want_coords) // 70) > 1
+    commits = sum(1 for rows in added_per_version(spark, tables.BRONZE_ORDERS, full) if rows)
+    assert commits >= -(-len(want_coords) // 70) > 2
     assert sorted(coords(spark, tables.BRONZE_ORDERS, full)) == sorted(want_coords)
+    new_files = set(input_files(spark, tables.BRONZE_ORDERS, full)) - set(input_files(spark, tables.BRONZE_ORDERS, full, bronze_cut))
+    assert run_flow(spark, silver_flow, capped).batches == len(new_files) > 1
+    assert run_flow(spark, gold_flow, capped).batches > 1
 
-    # 1 KiB is below any one Parquet file: a byte cap then takes one file per batch (Delta's soft cap).
-    files = spark.read.format("delta").load(tables.BRONZE_ORDERS.path(full.lake_root)).inputFiles()
-    silver = run_flow(spark, BY_NAME["silver_orders"], dataclasses.replace(full, max_bytes_per_trigger="1k"))
-    assert silver.batches == len(files) > 1
+    # Silver: its first run read bronze's snapshot as one unit, its second each bronze commit after it.
+    on_time, late = split_by_watermark(units_read(spark, tables.BRONZE_ORDERS, full, bronze_cut, by_coord),
+                                       timedelta(minutes=1))
     ids = event_ids(spark, tables.SILVER_ORDERS, full)
     assert len(ids) == len(set(ids)), "a duplicate crossed a batch boundary"
-    assert set(ids) == expected_ids(records, topics.ORDERS)
+    assert set(ids) == {r.event["event_id"] for _, r in on_time}
+    assert late_coords(spark, full, "silver_orders") == late
+
+    # Gold: the same over silver's commits; its table is what plain Python sums over the rows on time.
+    on_time, late = split_by_watermark(units_read(spark, tables.SILVER_ORDERS, full, silver_cut, by_coord),
+                                       timedelta(minutes=1))
+    assert late_coords(spark, full, "gold_revenue_per_minute") == late
+    want: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+    for _, r in on_time:
+        minute = occurred(r).astimezone(timezone.utc).replace(tzinfo=None, second=0, microsecond=0)
+        want[(minute, r.event["currency"])][0] += r.event["total_cents"]
+        want[(minute, r.event["currency"])][1] += 1
+    rows = spark.read.format("delta").load(tables.GOLD_REVENUE_PER_MINUTE.path(full.lake_root)).collect()
+    assert {(r["window_start"], r["currency"]): [r["revenue_cents"], r["orders"]] for r in rows} == dict(want)
+
+
+def input_files(spark, spec, ctx, version=None) -> list[str]:
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(spec.path(ctx.lake_root)).inputFiles()
+
+
+def last_record(spark, spec, ctx) -> dict:
+    """The record (streaming/positions.py) in the newest commit's userMetadata."""
+    return json.loads(DeltaTable.forPath(spark, spec.path(ctx.lake_root)).history(1).first()["userMetadata"] or "{}")
+
+
+def latest_version(spark, spec, ctx) -> int:
+    return DeltaTable.forPath(spark, spec.path(ctx.lake_root)).history(1).first()["version"]
+
+
+def units_read(spark, spec, ctx, snapshot_version: int, by_coord) -> list[list]:
+    """What a new flow read from `spec` as units: its snapshot at `snapshot_version`, then each commit after."""
+    added = [[(c, by_coord[c]) for c in sorted(rows) if by_coord[c].kind != "malformed"]
+             for rows in added_per_version(spark, spec, ctx)]
+    return [sum(added[:snapshot_version + 1], [])] + added[snapshot_version + 1:]
