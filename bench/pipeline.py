@@ -81,7 +81,7 @@ def make_side(spark, settings, expected: Callable[[], int], *, quality: bool = T
         in_layers = {k: round(sum(t for name, t in in_batches.items() if layer.get(name) == k), 3) for k in LAYERS}
         return {"seconds": result["total_s"], "layers_s": result["layers_s"], "in_batches_s": in_layers,
                 "flows_s": result["flows_s"], "flows_in_batches_s": {k: round(v, 3) for k, v in in_batches.items()},
-                "rows": result["rows"]}
+                "rows": result["rows"], "batches": result["batches"], "late": result["late"]}
 
     return pipeline
 
@@ -117,8 +117,10 @@ def at_size(runs: list[dict], events: int) -> dict:
         "flows_in_batches_s": {f: round(statistics.median(r["flows_in_batches_s"].get(f, 0.0) for r in runs), 3)
                                for f in runs[0]["flows_s"]},
         "rows_written": runs[0]["rows"],
+        "batches": runs[0]["batches"],
+        "late_rows": runs[0]["late"],
         "max_peak_rss_mib": peaks,
-        "runs": harness.rounded([{k: v for k, v in r.items() if k not in ("flows_s", "flows_in_batches_s", "rows")}
+        "runs": harness.rounded([{k: v for k, v in r.items() if k not in ("flows_s", "flows_in_batches_s", "rows", "batches", "late")}
                                  for r in runs]),
     }
 
@@ -243,6 +245,9 @@ def summary(result: dict) -> str:
     slow = sorted(large["flows_s"].items(), key=lambda kv: -kv[1])[:5]
     lines.append("slowest flows at the large size: " + ", ".join(
         f"{n} {s:.1f} s ({large['flows_in_batches_s'].get(n, 0.0):.1f} in batches)" for n, s in slow))
+    late = {n: k for n, k in large.get("late_rows", {}).items() if k}
+    lines.append("routed to late_arrivals at the large size: " + (", ".join(
+        f"{n} {k:,}" for n, k in sorted(late.items())) or "none"))
     lines.append(f"at 1.6M events: {result['events_per_s_at_1_6M']:,} events/s ({result['events_per_s_at_1_6M_is']}); "
                  f"target {result['target']}: {harness.met(result['target_met'])}")
     return "\n".join(lines)

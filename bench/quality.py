@@ -61,13 +61,15 @@ def layer_of(flow) -> str:
 
 
 def catch_up(spark, ctx, parallel: int = 1) -> dict:
-    """Run every flow once to catch up, `parallel` at once; wall time, flow-seconds per layer and per flow, rows."""
+    """Run every flow once to catch up, `parallel` at once; wall time, flow-seconds per layer and per flow, rows, batches, late rows."""
     from streaming.flows import FLOWS
     from streaming.parallel_runs import run_flows
 
     per_layer: dict[str, float] = defaultdict(float)
     per_flow: dict[str, float] = {}
     rows: dict[str, int] = {}
+    batches: dict[str, int] = {}
+    late: dict[str, int] = {}    # events each silver or stateful gold flow routed to late_arrivals
     started = time.perf_counter()
     for outcome in run_flows(spark, FLOWS, ctx, parallel=parallel):
         flow, run = outcome.flow, outcome.run
@@ -79,8 +81,12 @@ def catch_up(spark, ctx, parallel: int = 1) -> dict:
         per_layer[layer_of(flow)] += run.duration_s
         per_flow[flow.name] = round(run.duration_s, 3)
         rows[flow.name] = run.rows_written
+        batches[flow.name] = run.batches
+        stats = run.silver or run.gold
+        if stats is not None:
+            late[flow.name] = stats.late
     return {"total_s": time.perf_counter() - started, "layers_s": {k: round(per_layer[k], 3) for k in LAYERS},
-            "flows_s": per_flow, "rows": rows}
+            "flows_s": per_flow, "rows": rows, "batches": batches, "late": late}
 
 
 def one_run(spark, settings, home: Path, label: str, *, validate: bool) -> dict:
