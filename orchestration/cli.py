@@ -97,7 +97,7 @@ def cmd_topics(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
-    from streaming.generator import Mix, ShopGenerator
+    from streaming.generator import TOPICS, Mix, ShopGenerator
     from streaming.producer import produce
 
     mix = Mix(out_of_order=args.out_of_order, late=args.late, duplicate=args.duplicates, malformed=args.malformed)
@@ -107,7 +107,8 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
     def progress(report) -> None:
         log.info("sent %d, acknowledged %d, failed %d", report.sent, report.delivered, report.failed)
 
-    report = produce(records, bootstrap=settings.kafka_bootstrap, rate=args.rate, progress=progress)
+    report = produce(records, bootstrap=settings.kafka_bootstrap, rate=args.rate, progress=progress,
+                     topics=TOPICS)
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(report.by_kind.items()))
     topics = ", ".join(f"{t}: {n}" for t, n in sorted(report.by_topic.items()))
     print(f"Sent {report.sent} records ({kinds}); {report.delivered} acknowledged, {report.failed} failed, "
@@ -441,11 +442,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from orchestration.sql import SqlError
     from orchestration.sql_endpoint import EndpointError
     from streaming.generator import MixError
-    from streaming.kafka_topics import KafkaUnreachable
+    from streaming.kafka_topics import KafkaUnreachable, TopicsMissing
     from streaming.continuous import UnknownTable as NotStreamed
 
     return (SettingsError, JarsMissing, BrokerError, KafkaUnreachable, SqlError, DemoFailed, UnknownAsset, UnknownJob,
-            UnknownPartition, MixError, UnknownTable, BadRange, BadReplay, NotStreamed, EndpointError)
+            UnknownPartition, MixError, UnknownTable, BadRange, BadReplay, NotStreamed, EndpointError, TopicsMissing)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,7 @@ PAGE_WEIGHTS = {"home": 10, "category": 20, "product": 45, "cart": 10, "checkout
 CURRENCY_WEIGHTS = (80, 15, 5)
 REFERRERS = ("direct", "search", "ad", "email", "social")
 ORDER_SHARE = 0.2  # of valid events; the rest are page views
+TOPICS = (PAGE_VIEWS_V1.name, ORDERS_V1.name, PAYMENTS.topic, PRODUCTS.topic, CUSTOMERS.topic)  # what it writes to
 # How far back out-of-order and late events are stamped, in seconds of event time.
 OUT_OF_ORDER_S = (1.0, 45.0)
 LATE_S = (15 * 60.0, 40 * 60.0)

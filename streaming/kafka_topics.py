@@ -24,6 +24,22 @@ class KafkaUnreachable(RuntimeError):
                    "or set LAKEHOUSE_KAFKA_BOOTSTRAP.")
 
 
+class TopicsMissing(RuntimeError):
+    """Records were to be sent to topics the broker does not have."""
+
+
+def check_topics_exist(admin: AdminClient, bootstrap: str, names: Iterable[str]) -> None:
+    """Raise TopicsMissing, one sentence, unless the broker has every topic named."""
+    wanted = set(names)
+    if not wanted:
+        return
+    missing = sorted(wanted - set(admin.list_topics(timeout=10).topics))
+    if missing:
+        what = f"topic {missing[0]} does" if len(missing) == 1 else f"topics {', '.join(missing)} do"
+        raise TopicsMissing(f"The {what} not exist at {bootstrap}; create the topics first with `lakehouse topics` "
+                            "(or materialize the topic assets in the Dagster UI).")
+
+
 @dataclass
 class TopicStatus:
     """A topic as the broker holds it, compared with its spec."""

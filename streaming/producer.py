@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 from confluent_kafka import KafkaError, Producer
 
 from streaming.generator import GeneratedRecord
-from streaming.kafka_topics import admin_client
+from streaming.kafka_topics import admin_client, check_topics_exist
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +71,15 @@ def produce(
     rate: float = 0.0,
     progress: Callable[[ProduceReport], None] | None = None,
     progress_every_s: float = 5.0,
+    topics: Iterable[str] = (),
 ) -> ProduceReport:
-    """Send every record (paced to `rate` per second if > 0), flush, and report delivery counts."""
+    """Send every record (paced to `rate` per second if > 0), flush, and report delivery counts.
+
+    `topics`, the topics the records go to, are checked first: without them every record would fail.
+    """
     # Without a broker the producer would queue and retry until the flush timeout; say so at once instead.
-    admin_client(bootstrap, timeout_s=REACHABLE_TIMEOUT_S)
+    admin = admin_client(bootstrap, timeout_s=REACHABLE_TIMEOUT_S)
+    check_topics_exist(admin, bootstrap, topics)
     producer = Producer(producer_config(bootstrap))
     report = ProduceReport()
     started = time.monotonic()

@@ -47,6 +47,11 @@ def lakehouse(settings, *args: str, **env: str) -> subprocess.CompletedProcess:
 
 def test_topics_produce_status_run_and_sql(broker):
     """topics creates then finds the topics; produce sends what the generator makes; run and sql see every record."""
+    early = lakehouse(broker, "produce", "--count", "5")   # the broker has no topics yet
+    assert early.returncode == 2 and "Traceback" not in early.stderr, early.stderr[-2000:]
+    assert early.stderr.strip().splitlines() == [
+        f"error: The topics {', '.join(sorted(t.name for t in topics.ALL))} do not exist at {broker.kafka_bootstrap}; "
+        "create the topics first with `lakehouse topics` (or materialize the topic assets in the Dagster UI)."]
     first = lakehouse(broker, "topics")
     assert first.returncode == 0, first.stderr
     assert all(re.search(rf"{re.escape(t.name)}\s+\|\s+created", first.stdout) for t in topics.ALL), first.stdout
