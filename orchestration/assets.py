@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 from batch.backfill import TableChange, backfill_flow
 from batch.catalog import read_table
 from infra.retention import duration_ms
+from orchestration import served_runs
 from orchestration.partitions import daily, is_partitioned, key_range
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
 from quality.gate import QualityBreach
@@ -22,6 +23,7 @@ from streaming import flows as flow_registry
 from streaming.flows import Flow
 from streaming.kafka_topics import TopicStatus, ensure_topics
 from streaming.runner import FlowRun, QualityStopped, run_flow, table_version
+from streaming.lake_files import has_delta_log
 
 TOPIC_CHECK = "matches_spec"
 QUALITY_CHECK = "expectations"
@@ -141,14 +143,14 @@ def _event_time_range(table_df: DataFrame, table: TableSpec) -> dict[str, object
 def _late_total(spark, flow: Flow, lake_root: str) -> dict[str, object]:
     """Rows this flow has ever sent to late_arrivals (the run's own count is `late_arrivals`)."""
     path = LATE_ARRIVALS.path(lake_root)
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not has_delta_log(spark, path):
         return {"late_arrivals_total": 0}
     return {"late_arrivals_total": read_table(spark, LATE_ARRIVALS, lake_root).where(F.col("flow") == flow.name).count()}
 
 
 def caught_up_metadata(context_log, session, main: Flow, run: FlowRun, ctx, docs: dict[str, str]) -> dict[str, object]:
     """What a catch-up run of a flow did, as asset metadata; observations of the side tables it wrote are logged."""
-    if not DeltaTable.isDeltaTable(session, main.target.path(ctx.lake_root)):
+    if not has_delta_log(session, main.target.path(ctx.lake_root)):
         waiting = ", ".join(run.waiting_for) or main.target.name
         context_log.info(f"{main.target.name} is not created yet: {waiting} has no rows so far")
         return {"rows_written": 0, "dagster/row_count": 0,
@@ -207,6 +209,32 @@ def quality_check_result(main: Flow, validations: list, stopped: str | None = No
     )
 
 
+def _stopped_result(context, session, main: Flow, ctx, stopped: Exception, checked: bool) -> dg.MaterializeResult:
+    """A run a fail rule stopped: the batches before the breach are in the table; the failed blocking check keeps
+    downstream away."""
+    context.log.error(str(stopped))
+    version = table_version(session, main.target.path(ctx.lake_root))
+    return dg.MaterializeResult(
+        metadata={"stopped_by_quality": str(stopped), "delta_version": -1 if version is None else version},
+        check_results=[quality_check_result(main, validations_of(ctx, main.target.name), str(stopped))]
+        if checked else None)
+
+
+def catch_up_table(context, session, main: Flow, ctx, docs: dict[str, str], checked: bool) -> dg.MaterializeResult:
+    """Run a table's flow until it has caught up; its metadata, side-table observations and quality check."""
+    context.log.info(f"running flow {main.name} -> {main.target.name}")
+    try:
+        run = run_flow(session, main, ctx)
+        metadata = caught_up_metadata(context.log, session, main, run, ctx, docs)
+        for observation in side_observations(session, main, ctx):
+            context.log_event(observation)
+    except QUALITY_STOPS as stopped:
+        return _stopped_result(context, session, main, ctx, stopped, checked)
+    return dg.MaterializeResult(
+        metadata=metadata,
+        check_results=[quality_check_result(main, validations_of(ctx, main.target.name))] if checked else None)
+
+
 def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefinition | None = None,
                 checked: bool = False) -> dg.AssetsDefinition:
     """A table's asset: partitioned by event date (silver, gold) it is backfilled; otherwise it catches up."""
@@ -233,31 +261,23 @@ def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefin
         context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource, lake: LakeResource
     ) -> dg.MaterializeResult:
         """Partitioned: recompute the run's days with the batch lane. Otherwise: catch up with the source."""
+        if not partitioned:
+            if (endpoint := served_runs.endpoint_for(spark, lake)) is not None:
+                parts = served_runs.run_served(endpoint, served_runs.request(
+                    served_runs.TABLE, lake, kafka, asset=main.asset_name, docs=docs, checked=bool(checks)), context)
+                return served_runs.result_from(parts)
+            served_runs.note_local_spark(context)
+            return catch_up_table(context, spark.session(), main, lake.flow_context(kafka), docs, bool(checks))
         session = spark.session()
         ctx = lake.flow_context(kafka)
+        days = key_range(context)
+        context.log.info(f"backfill {main.target.name} for {days[0]}..{days[1]} with flow {main.name}")
         try:
-            if partitioned:
-                days = key_range(context)
-                context.log.info(f"backfill {main.target.name} for {days[0]}..{days[1]} with flow {main.name}")
-                change = backfill_flow(session, main, ctx, days, run_id=context.run_id)
-                metadata = backfill_metadata(change)
-            else:
-                context.log.info(f"running flow {main.name} -> {main.target.name}")
-                run = run_flow(session, main, ctx)
-                metadata = caught_up_metadata(context.log, session, main, run, ctx, docs)
-                for observation in side_observations(session, main, ctx):
-                    context.log_event(observation)
+            change = backfill_flow(session, main, ctx, days, run_id=context.run_id)
         except QUALITY_STOPS as stopped:
-            # The batches before the breach are in the table; the failed blocking check keeps downstream away.
-            context.log.error(str(stopped))
-            return dg.MaterializeResult(
-                metadata={"stopped_by_quality": str(stopped),
-                          "delta_version": -1 if (v := table_version(session, main.target.path(ctx.lake_root))) is None
-                          else v},
-                check_results=[quality_check_result(main, validations_of(ctx, main.target.name), str(stopped))]
-                if checks else None)
+            return _stopped_result(context, session, main, ctx, stopped, bool(checks))
         return dg.MaterializeResult(
-            metadata=metadata,
+            metadata=backfill_metadata(change),
             check_results=[quality_check_result(main, validations_of(ctx, main.target.name))] if checks else None)
 
     return _table
@@ -281,7 +301,7 @@ _BREAKDOWN = {QUARANTINE.name: ("schema", "reason"), LATE_ARRIVALS.name: ("flow"
 def _side_table_metadata(spark, table: TableSpec, lake_root: str) -> dict[str, object] | None:
     """Rows of a shared table (quarantine, late arrivals) in total and by reason or flow, as silver left it."""
     path = table.path(lake_root)
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not has_delta_log(spark, path):
         return None
     df = read_table(spark, table, lake_root)
     by = _BREAKDOWN.get(table.name, ())

@@ -17,6 +17,7 @@ from orchestration.assets import (
     QUALITY_STOPS, TOPIC_CHECK, _topic_metadata, caught_up_metadata, quality_check_result, side_observations,
     topic_key, validations_of,
 )
+from orchestration import served_runs
 from orchestration.partitions import daily, is_partitioned, touched_days
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
 from schemas import sources
@@ -57,6 +58,10 @@ def build_catch_up_job(declared: tuple = sources.SOURCES) -> dg.JobDefinition:
     def bring_up_to_date(context: dg.OpExecutionContext, config: CatchUpConfig, spark: SparkResource,
                          kafka: KafkaResource, lake: LakeResource) -> None:
         """Bring tables up to date with their sources (availableNow) and record what changed, per daily partition."""
+        if declared is sources.SOURCES and (endpoint := served_runs.endpoint_for(spark, lake)) is not None:
+            served_runs.run_served(endpoint, served_runs.request(served_runs.CATCH_UP, lake, kafka,
+                                                                 assets=list(config.assets)), context)
+            return
         catch_up(context, config, spark, kafka, lake, declared)
 
     @dg.job(name=CATCH_UP_JOB, description="Create topics and bring every table up to date with its source; each "
@@ -81,6 +86,8 @@ def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: Spark
         _topics(context, kafka, lake, topics)
     if not chosen:
         return  # topics only: no Spark session needed
+    if not getattr(spark, "warm", False):
+        served_runs.note_local_spark(context)
     session = spark.session()
     ctx = lake.flow_context(kafka)
     docs = {s.silver_table.name: s.column_docs() for s in declared}

@@ -370,11 +370,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_integer(1, 1_000_000), default=100, help="rows to print at most (default 100)")
     p.set_defaults(fn=cmd_sql)
 
-    p = sub.add_parser("serve", help="keep a Spark session running that lakehouse sql and history use (answers in ~1 s)",
+    p = sub.add_parser("serve", help="keep a Spark session running that lakehouse sql, history and Dagster runs use",
                        description="Starts Spark once and answers lakehouse sql and lakehouse history on a loopback "
                                    "port (127.0.0.1, recorded with its PID in <home>/sql-endpoint.json) until Ctrl-C "
-                                   "or SIGTERM. Without it each of those commands starts its own JVM (10-40 s). "
-                                   "It reads the lake only, as those commands do, and sees tables created later.")
+                                   "or SIGTERM; Dagster runs on the same lake (lakehouse run, a materialization in the "
+                                   "UI) run their catch-up there too, one run at a time. Without it each of those "
+                                   "starts its own JVM (10-40 s). It sees tables created later by other processes.")
     p.set_defaults(fn=cmd_serve)
 
     p = sub.add_parser("history", help="list a table's Delta versions, newest first, with what each one wrote",

@@ -1,4 +1,4 @@
-"""`lakehouse serve`: a long-lived Spark session that `lakehouse sql` and `lakehouse history` send their queries to.
+"""`lakehouse serve`: a long-lived Spark session that `lakehouse sql`, `lakehouse history` and Dagster runs use.
 
 Starting Spark costs a JVM and 10-40 s on a small machine; a query over a gold table then takes about a
 second. So `lakehouse serve` starts one session, keeps it, and answers queries on a loopback HTTP port
@@ -6,6 +6,8 @@ second. So `lakehouse serve` starts one session, keeps it, and answers queries o
 commands read that file: with an endpoint up for the same lake they send the query there, otherwise they
 start Spark themselves, as before, and say so. The endpoint runs the very same code (`orchestration.sql`):
 the same read-only guard, the same one-sentence errors, and tables that appear after it started are seen.
+A Dagster run's catch-up steps (`lakehouse run`, a materialization in the UI) run there too, in the same
+session (orchestration/served_runs.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from infra.settings import Settings
 log = logging.getLogger("lakehouse")
 
 HOST = "127.0.0.1"
+STREAMED = ("catch_up", "table")   # a Dagster run's steps (orchestration/served_runs.py), answered as they run
 
 
 def state_file(settings: Settings) -> Path:
@@ -92,11 +95,32 @@ def answer(spark, settings: Settings, request: dict[str, Any]) -> dict[str, Any]
     return {"text": format_table(columns, rows) + "\n" + footer}
 
 
-def _handler(run: Callable[[dict[str, Any]], dict[str, Any]]) -> type[BaseHTTPRequestHandler]:
+def _handler(run: Callable[[dict[str, Any]], dict[str, Any]],
+             stream: Callable[[dict[str, Any], Callable[[dict], None]], None]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        def _stream(self, request: dict[str, Any]) -> None:
+            """A run's step: its log lines and events go back one JSON line each as they happen (HTTP/1.0: the
+            connection's end ends the answer)."""
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.end_headers()
+
+            def emit(message: dict) -> None:
+                try:
+                    self.wfile.write(json.dumps(message).encode() + b"\n")
+                    self.wfile.flush()
+                except OSError:
+                    pass   # the run stopped waiting (cancelled); its flows still end on a commit here
+
+            started = time.monotonic()
+            stream(request, emit)
+            log.info("ran a %s step in %.2f s", request.get("kind"), time.monotonic() - started)
+
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             try:
                 request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                if request.get("kind") in STREAMED:
+                    return self._stream(request)
                 started = time.monotonic()
                 body, status = json.dumps(run(request)).encode(), 200
                 log.info("answered %s in %.2f s", request.get("kind", "sql"), time.monotonic() - started)
@@ -117,6 +141,7 @@ def _handler(run: Callable[[dict[str, Any]], dict[str, Any]]) -> type[BaseHTTPRe
 def serve(settings: Settings) -> int:
     """Start Spark, warm it on the lake, answer requests until SIGTERM or Ctrl-C; 0 when stopped."""
     from infra.spark import get_spark
+    from orchestration.served_runs import serve_step
     from orchestration.sql import run_sql
 
     other = running_endpoint(settings)
@@ -128,13 +153,17 @@ def serve(settings: Settings) -> int:
     run_sql(spark, settings.lake_root, "SELECT 1")   # plans a first query: registers the tables, loads the parser
     log.info("warmed up in %.1f s", time.monotonic() - started)
 
-    lock = threading.Lock()   # one query at a time: they share the session's catalog and 2 cores
+    lock = threading.Lock()   # one query at a time: they share the session's catalog and 2 cores (a run's step
+                              # takes a lock of its own: a query need not wait for a catch-up)
 
     def run(request: dict[str, Any]) -> dict[str, Any]:
         with lock:
             return answer(spark, settings, request)
 
-    server = ThreadingHTTPServer((HOST, 0), _handler(run))
+    def step(request: dict[str, Any], emit: Callable[[dict], None]) -> None:
+        serve_step(spark, settings, request, emit)
+
+    server = ThreadingHTTPServer((HOST, 0), _handler(run, step))
     endpoint = Endpoint(os.getpid(), server.server_address[1], settings.lake_root)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -24,6 +23,7 @@ from streaming.transforms.dimensions import enrich_as_of
 from streaming.gold_steps import interval_join, join_state_rows, session_windows, sliding_counts
 from streaming.transforms import gold
 from streaming.transforms.silver import parse_events
+from streaming.lake_files import has_delta_log
 
 Input = TopicSpec | TableSpec
 # Builds a flow's `(batch_df, batch_id)` function; the function keeps what it did in `.stats`.
@@ -170,7 +170,7 @@ def as_of(df: DataFrame, ctx: FlowContext, lookups: tuple[TableSpec, ...]) -> di
     found = {}
     for table in lookups:
         path = ctx.input_path(table)
-        if not DeltaTable.isDeltaTable(spark, path):
+        if not has_delta_log(spark, path):
             raise MissingDimension(f"{table.name} does not exist yet; materialize it before the gold tables that "
                                    f"read it (lakehouse run {table.name}).")
         found[table.name] = spark.read.format("delta").load(path)

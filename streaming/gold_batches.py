@@ -129,7 +129,7 @@ class Step:
 
     def update(self, condition: str, set: Mapping[str, str]) -> None:
         """UPDATE the target where `condition` holds, once per (flow, batch)."""
-        if DeltaTable.isDeltaTable(self.spark, self.target_path):
+        if has_delta_log(self.spark, self.target_path):
             with dml_once(self.spark, f"{self.app_id}-update", self.batch_id), \
                     UserMetadata(self.spark, self.user_metadata):
                 DeltaTable.forPath(self.spark, self.target_path).update(condition, dict(set))
@@ -144,12 +144,12 @@ class Step:
 
     def read_state(self, name: str) -> DataFrame | None:
         path = f"{self.state_root}/{name}"
-        if not DeltaTable.isDeltaTable(self.spark, path):
+        if not has_delta_log(self.spark, path):
             return None
         return self.spark.read.format("delta").load(path)
 
     def read_target(self) -> DataFrame | None:
-        if not DeltaTable.isDeltaTable(self.spark, self.target_path):
+        if not has_delta_log(self.spark, self.target_path):
             return None
         return self.spark.read.format("delta").load(self.target_path)
 
@@ -222,7 +222,7 @@ class EventTimeWriter(RecordsPositions):
             self._seen = saved.get("seen_max_micros") or saved["max_event_micros"]
             return saved["max_event_micros"]
         target = self.target.path(self.lake_root)
-        if DeltaTable.isDeltaTable(spark, target) and spark.read.format("delta").load(target).limit(1).count():
+        if has_delta_log(spark, target) and spark.read.format("delta").load(target).limit(1).count():
             raise StaleGoldTable(
                 f"{self.target.name} holds rows that an earlier version of flow {self.flow} wrote, and this version "
                 f"would count them again; delete {target} (it is rebuilt from silver) and run again."
@@ -340,7 +340,7 @@ class RecomputeWriter(RecordsPositions):
         dates = sorted({r["event_date"] for r in touched})
         silver = self.narrow(*[
             spark.read.format("delta").load(p).where(F.col("event_date").isin(dates))
-            for p in self.silver_paths if DeltaTable.isDeltaTable(spark, p)
+            for p in self.silver_paths if has_delta_log(spark, p)
         ])
         fresh = self.compute(self.bucket(silver).join(keys, list(self.keys), "left_semi"))
         record = self.batch_record(spark, batch_id)

@@ -7,12 +7,12 @@ batch can touch, and keep their results exact whatever the micro-batch boundarie
 
 from __future__ import annotations
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streaming.gold_batches import Step, StepFunction, on_keys
 from streaming.transforms.gold import to_order_velocity, to_sessions
+from streaming.lake_files import has_delta_log
 
 
 def _bounds(rows: DataFrame, time: str) -> DataFrame:
@@ -168,4 +168,4 @@ def _joined(order_id, o: str | None, p: str | None) -> list:
 def join_state_rows(spark: SparkSession, state_root: str) -> int:
     """Rows the join keeps buffered: bounded by the watermark, shown in the asset's metadata."""
     path = f"{state_root}/{JOIN_STATE}"
-    return spark.read.format("delta").load(path).count() if DeltaTable.isDeltaTable(spark, path) else 0
+    return spark.read.format("delta").load(path).count() if has_delta_log(spark, path) else 0

@@ -59,7 +59,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from streaming.lake_files import hadoop_fs
+from streaming.lake_files import hadoop_fs, has_delta_log
 
 if TYPE_CHECKING:
     from streaming.context import FlowContext
@@ -175,7 +175,7 @@ class Recorded:
 
 def _records(spark: SparkSession, table_path: str, flow_name: str) -> list[Recorded]:
     """Every commit of the table whose userMetadata names the flow, newest first."""
-    if not DeltaTable.isDeltaTable(spark, table_path):
+    if not has_delta_log(spark, table_path):
         return []
     history = DeltaTable.forPath(spark, table_path).history().select("version", "timestamp", "userMetadata")
     rows = (history.where(F.get_json_object("userMetadata", "$.flow") == F.lit(flow_name))
@@ -236,7 +236,7 @@ def bronze_positions(spark: SparkSession, bronze_path: str) -> dict[str, dict[in
     so these are exactly the next records to read. Partitions bronze holds nothing of are absent
     (read them from the earliest offset). An empty or missing table gives {}.
     """
-    if not DeltaTable.isDeltaTable(spark, bronze_path):
+    if not has_delta_log(spark, bronze_path):
         return {}
     rows = (spark.read.format("delta").load(bronze_path).groupBy("topic", "partition")
             .agg(F.max("offset").alias("last")).collect())
@@ -511,7 +511,7 @@ def rebuild_checkpoint(spark: SparkSession, checkpoint: str, found: Recorded) ->
 
 def table_id(spark: SparkSession, path: str) -> str | None:
     """Delta's id of the table at `path` (what its streaming offsets call reservoirId)."""
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not has_delta_log(spark, path):
         return None
     return DeltaTable.forPath(spark, path).detail().select("id").first()[0]
 

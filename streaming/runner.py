@@ -19,7 +19,7 @@ from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.flows import Flow
 from streaming.kafka_topics import KafkaUnreachable, admin_client
-from streaming.lake_files import children
+from streaming.lake_files import children, has_delta_log
 from streaming.gold_batches import GoldBatchStats
 from streaming.positions import (
     Recorded, StreamBinding, bronze_positions, commit_metadata, describe, inspect_checkpoint, is_exact_version,
@@ -265,7 +265,7 @@ def _history_after(spark: SparkSession, path: str, after_version: int | None, la
 
 
 def table_version(spark: SparkSession, path: str) -> int | None:
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not has_delta_log(spark, path):
         return None
     return DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
 
@@ -339,7 +339,7 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     started = time.monotonic()
     missing = tuple(
         t.name for t in (*flow.sources, *flow.lookups)
-        if isinstance(t, TableSpec) and not DeltaTable.isDeltaTable(spark, t.path(ctx.lake_root))
+        if isinstance(t, TableSpec) and not has_delta_log(spark, t.path(ctx.lake_root))
     )
     if missing:
         # An upstream table is created by its first row (a topic no one has sent to yet): wait for it.

@@ -17,6 +17,20 @@ pytestmark = pytest.mark.integration
 
 NOTICE = "no lakehouse serve running"
 ANSWERED = "INFO lakehouse: answered "
+JVM = "starting a Spark session"     # what a process that starts Spark logs first
+
+# A materialization of one asset as the UI makes one: a run of the implicit asset job, in its own process.
+MATERIALIZE = """
+import json, sys
+from infra.settings import Settings
+from orchestration import cli, runs
+settings = Settings.from_env()
+cli._setup_logging(settings, verbose=False, quiet=True)
+result = runs.run_job(settings, "__ASSET_JOB", selection=["bronze_customers"])
+metadata = runs.materialized_metadata(result)["bronze_customers"]
+print(json.dumps({k: v for k, v in metadata.items() if isinstance(v, (int, float, str))}))
+sys.exit(runs.exit_status(result))
+"""
 
 
 def _rows_on(bootstrap: str, topic: str) -> int:
@@ -48,6 +62,8 @@ def test_serve_answers_sql_and_history_and_sees_tables_created_after_it_started(
         ran = lakehouse(broker, "run", "bronze_customers", **env)
         assert ran.returncode == 0, ran.stderr[-2000:]
         expected = _rows_on(broker.kafka_bootstrap, "shop.customers.v1")
+        # The run's catch-up ran in the endpoint's session: one JVM so far, the endpoint's own.
+        assert log.read_text().count(JVM) == 1 and log.read_text().count("ran a catch_up step in") == 1, ran.stderr[-2000:]
 
         query = lakehouse(broker, "sql", "SELECT count(*) AS n FROM bronze_customers", **env)
         assert query.returncode == 0, query.stderr[-2000:]
@@ -67,6 +83,17 @@ def test_serve_answers_sql_and_history_and_sees_tables_created_after_it_started(
             assert proc.returncode == 2 and len(errors) == 1 and sentence in errors[0], (args, proc.stderr[-2000:])
             assert "Traceback" not in proc.stderr
             assert log.read_text().count(ANSWERED) == 3 + i and NOTICE not in log.read_text()
+
+        # A materialization from the UI of a table that catches up runs there too, and its metadata comes back.
+        assert lakehouse(broker, "produce", "--count", "120", "--seed", "32", **env).returncode == 0
+        total = _rows_on(broker.kafka_bootstrap, "shop.customers.v1")
+        materialized = subprocess.run([str(LAKEHOUSE.with_name("python")), "-c", MATERIALIZE],
+                                      env=environment(broker, **env), capture_output=True, text=True, timeout=600)
+        assert materialized.returncode == 0, materialized.stderr[-3000:]
+        metadata = json.loads(materialized.stdout.strip().splitlines()[-1])
+        assert metadata["dagster/row_count"] == total > expected, metadata
+        assert metadata["rows_written"] == metadata["records_consumed"] == total - expected, metadata
+        assert log.read_text().count(JVM) == 1 and log.read_text().count("ran a table step in") == 1
     finally:
         os.kill(server.pid, signal.SIGTERM)   # as `kill PID` does; its JVM is stopped by the endpoint
         try:
@@ -80,4 +107,4 @@ def test_serve_answers_sql_and_history_and_sees_tables_created_after_it_started(
     # Without an endpoint the command starts Spark itself, says so, and gives the same answer.
     alone = lakehouse(broker, "sql", "SELECT count(*) AS n FROM bronze_customers", **env)
     assert alone.returncode == 0 and NOTICE in log.read_text(), alone.stderr[-2000:]
-    assert int(alone.stdout.splitlines()[2]) == expected
+    assert int(alone.stdout.splitlines()[2]) == total
