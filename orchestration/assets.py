@@ -14,7 +14,7 @@ from orchestration import served_runs
 from orchestration.partitions import daily, is_partitioned, key_range
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
 from quality.gate import QualityBreach
-from quality.suites import build_suites
+from quality.suites import suite_tables
 from schemas import sources
 from schemas.sources import Source
 from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
@@ -339,8 +339,7 @@ def build_assets(declared: tuple[Source, ...] = sources.SOURCES, partitions: dg.
         for side in flow.also_writes:
             sides[side.name] = side
             writers.setdefault(side.name, []).append(flow.asset_name)
-    suites = build_suites(declared)
-    checked = {s.table for s in suites.values()}
+    checked = suite_tables(declared)
     return [topic_asset(s.topic_spec) for s in declared] + [
         table_asset(flow, docs.get(flow.asset_name, {}), partitions, checked=flow.target.name in checked)
         for flow in flows

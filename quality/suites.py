@@ -17,13 +17,22 @@ freshness, the accounting identity) are table checks (quality/table_checks.py), 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
-
-import great_expectations.expectations as gxe
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
 from schemas import sources as declared_sources
 from schemas.sources import CATEGORIES, CURRENCIES, MAX_ORDER_CENTS, PAGE_TYPES, PAYMENT_STATUSES, TIERS, Source
 from schemas.tables import KAFKA_COORDINATES, TableSpec
+
+if TYPE_CHECKING:
+    import great_expectations.expectations as gxe
+
+
+def _gxe():
+    """GX's expectations module, imported when a suite is built: importing GX takes seconds, and Dagster's
+    definitions (every run's process, the UI's code server) only need to know which tables have a suite."""
+    import great_expectations.expectations as gxe
+
+    return gxe
 
 Severity = Literal["warn", "drop", "fail"]
 SEVERITIES: tuple[Severity, ...] = ("warn", "drop", "fail")
@@ -116,21 +125,23 @@ class Suite:
 
 
 def _not_null(*columns: str, severity: Severity = "fail") -> list[Expectation]:
+    gxe = _gxe()
     return [Expectation(gxe.ExpectColumnValuesToNotBeNull(column=c), severity) for c in columns]
 
 
 def _unique(*columns: str, severity: Severity = "fail") -> Expectation:
+    gxe = _gxe()
     if len(columns) == 1:
         return Expectation(gxe.ExpectColumnValuesToBeUnique(column=columns[0]), severity)
     return Expectation(gxe.ExpectCompoundColumnsToBeUnique(column_list=list(columns)), severity)
 
 
 def _in_set(column: str, values: Iterable[str], severity: Severity = "warn") -> Expectation:
-    return Expectation(gxe.ExpectColumnValuesToBeInSet(column=column, value_set=list(values)), severity)
+    return Expectation(_gxe().ExpectColumnValuesToBeInSet(column=column, value_set=list(values)), severity)
 
 
 def _between(column: str, low: int | None, high: int | None = None, severity: Severity = "warn", **kw) -> Expectation:
-    return Expectation(gxe.ExpectColumnValuesToBeBetween(column=column, min_value=low, max_value=high, **kw), severity)
+    return Expectation(_gxe().ExpectColumnValuesToBeBetween(column=column, min_value=low, max_value=high, **kw), severity)
 
 
 def silver_suite(source: Source, extra: Iterable[Expectation] = ()) -> Suite:
@@ -163,57 +174,92 @@ def gold_suite(table: TableSpec, *extra: Expectation, keys_not_null: bool = True
     ), row_level=False)
 
 
-# The shop's own value rules, beyond what every table of its kind promises. Ids that do not look like the
-# shop's are dropped to quarantine: a producer bug, not an event anyone should count.
-SHOP_SILVER = {
-    "page_views": [
-        Expectation(gxe.ExpectColumnValuesToMatchRegex(column="customer_id", regex=r"^c-\d+$"), "drop"),
-        _in_set("page_type", PAGE_TYPES),
-    ],
-    "orders": [
-        Expectation(gxe.ExpectColumnValuesToMatchRegex(column="order_id", regex=r"^o-"), "drop"),
-        _between("total_cents", 0, MAX_ORDER_CENTS, "drop"),
-        _between("item_count", 1, None),
-        _in_set("currency", CURRENCIES),
-    ],
-    "payments": [
-        Expectation(gxe.ExpectColumnValuesToMatchRegex(column="order_id", regex=r"^o-"), "drop"),
-        _between("amount_cents", 0, MAX_ORDER_CENTS, "drop"),
-        _in_set("status", PAYMENT_STATUSES),
-        _in_set("currency", CURRENCIES),
-    ],
-    "products": [_in_set("category", CATEGORIES), _between("list_price_cents", 0, MAX_ORDER_CENTS)],
-    "customers": [_in_set("tier", TIERS)],
-}
+def _shop_silver() -> dict[str, list[Expectation]]:
+    """The shop's own value rules, beyond what every table of its kind promises. Ids that do not look like the
+    shop's are dropped to quarantine: a producer bug, not an event anyone should count."""
+    gxe = _gxe()
+    return {
+        "page_views": [
+            Expectation(gxe.ExpectColumnValuesToMatchRegex(column="customer_id", regex=r"^c-\d+$"), "drop"),
+            _in_set("page_type", PAGE_TYPES),
+        ],
+        "orders": [
+            Expectation(gxe.ExpectColumnValuesToMatchRegex(column="order_id", regex=r"^o-"), "drop"),
+            _between("total_cents", 0, MAX_ORDER_CENTS, "drop"),
+            _between("item_count", 1, None),
+            _in_set("currency", CURRENCIES),
+        ],
+        "payments": [
+            Expectation(gxe.ExpectColumnValuesToMatchRegex(column="order_id", regex=r"^o-"), "drop"),
+            _between("amount_cents", 0, MAX_ORDER_CENTS, "drop"),
+            _in_set("status", PAYMENT_STATUSES),
+            _in_set("currency", CURRENCIES),
+        ],
+        "products": [_in_set("category", CATEGORIES), _between("list_price_cents", 0, MAX_ORDER_CENTS)],
+        "customers": [_in_set("tier", TIERS)],
+    }
 
 
-def _gold_suites() -> list[Suite]:
+def _shop_rules() -> dict[str, list[Expectation]]:
+    # SHOP_SILVER is built (and GX imported) when first asked for, then kept: a test may extend it.
+    if "SHOP_SILVER" not in globals():
+        globals()["SHOP_SILVER"] = _shop_silver()
+    return globals()["SHOP_SILVER"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SHOP_SILVER":
+        return _shop_rules()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _gold_suites() -> list[tuple[TableSpec, Callable[[TableSpec], Suite]]]:
+    """Each gold table that has a suite, with the function that builds it (building imports GX)."""
     from schemas import tables as t
 
-    non_negative = lambda *cols: [_between(c, 0, None) for c in cols]  # noqa: E731
+    def non_negative(*cols: str) -> list[Expectation]:
+        return [_between(c, 0, None) for c in cols]
+
+    def sessions(table: TableSpec) -> Suite:
+        return gold_suite(table, *non_negative("page_views", "orders"), Expectation(
+            _gxe().ExpectColumnPairValuesAToBeGreaterThanB(column_A="session_end", column_B="session_start",
+                                                           or_equal=True), "fail"))
+
+    def page_views_enriched(table: TableSpec) -> Suite:
+        return gold_suite(table, *_not_null("customer_tier", severity="warn"), Expectation(
+            _gxe().ExpectColumnValuesToNotBeNull(column="category", row_condition="product_id IS NOT NULL",
+                                                 condition_parser="spark"), "warn"))
+
     return [
-        gold_suite(t.GOLD_REVENUE_PER_MINUTE, *non_negative("revenue_cents", "orders", "items"), _in_set("currency", CURRENCIES)),
-        gold_suite(t.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE, *non_negative("views")),
-        gold_suite(t.GOLD_REVENUE_HOPPING, *non_negative("revenue_cents", "orders"), _in_set("currency", CURRENCIES)),
-        gold_suite(t.GOLD_ORDER_VELOCITY, *non_negative("orders_before"), *_not_null("customer_id", "ordered_at")),
-        gold_suite(t.GOLD_SESSIONS, *non_negative("page_views", "orders"),
-                   Expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-                       column_A="session_end", column_B="session_start", or_equal=True), "fail")),
+        (t.GOLD_REVENUE_PER_MINUTE, lambda table: gold_suite(
+            table, *non_negative("revenue_cents", "orders", "items"), _in_set("currency", CURRENCIES))),
+        (t.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE, lambda table: gold_suite(table, *non_negative("views"))),
+        (t.GOLD_REVENUE_HOPPING, lambda table: gold_suite(
+            table, *non_negative("revenue_cents", "orders"), _in_set("currency", CURRENCIES))),
+        (t.GOLD_ORDER_VELOCITY, lambda table: gold_suite(
+            table, *non_negative("orders_before"), *_not_null("customer_id", "ordered_at"))),
+        (t.GOLD_SESSIONS, sessions),
         # Unpaid orders have no payment and orphan payments no order: its keys may be null, not both.
-        gold_suite(t.GOLD_ORDER_PAYMENTS, *_not_null("order_id", "outcome"),
-                   _in_set("outcome", ("matched", "unpaid", "payment_without_order"), "fail"), keys_not_null=False),
-        gold_suite(t.GOLD_PROCESSING_DELAY, *non_negative("events")),
+        (t.GOLD_ORDER_PAYMENTS, lambda table: gold_suite(
+            table, *_not_null("order_id", "outcome"),
+            _in_set("outcome", ("matched", "unpaid", "payment_without_order"), "fail"), keys_not_null=False)),
+        (t.GOLD_PROCESSING_DELAY, lambda table: gold_suite(table, *non_negative("events"))),
         # An order line whose product has no version yet has no category: recorded, not a reason to stop.
-        gold_suite(t.GOLD_CATEGORY_REVENUE_PER_MINUTE, *_not_null("window_start", "currency"),
-                   *_not_null("category", severity="warn"), *non_negative("revenue_cents", "units", "orders"),
-                   keys_not_null=False),
+        (t.GOLD_CATEGORY_REVENUE_PER_MINUTE, lambda table: gold_suite(
+            table, *_not_null("window_start", "currency"), *_not_null("category", severity="warn"),
+            *non_negative("revenue_cents", "units", "orders"), keys_not_null=False)),
         # Every enriched row found its dimension version: a miss is a late or missing product or customer change.
-        gold_suite(t.GOLD_ORDER_LINES_ENRICHED, *non_negative("quantity", "line_cents"),
-                   *_not_null("category", "customer_tier", severity="warn")),
-        gold_suite(t.GOLD_PAGE_VIEWS_ENRICHED, *_not_null("customer_tier", severity="warn"),
-                   Expectation(gxe.ExpectColumnValuesToNotBeNull(
-                       column="category", row_condition='product_id IS NOT NULL', condition_parser="spark"), "warn")),
+        (t.GOLD_ORDER_LINES_ENRICHED, lambda table: gold_suite(
+            table, *non_negative("quantity", "line_cents"), *_not_null("category", "customer_tier", severity="warn"))),
+        (t.GOLD_PAGE_VIEWS_ENRICHED, page_views_enriched),
     ]
+
+
+def suite_tables(declared: Iterable[Source] = ()) -> set[str]:
+    """The tables that have a suite, without building any (that would import GX)."""
+    declared = tuple(declared) or declared_sources.SOURCES
+    return ({s.silver_table.name for s in declared} | {s.dimension_table.name for s in declared if s.dimension}
+            | {table.name for table, _ in _gold_suites()})
 
 
 def build_suites(declared: Iterable[Source] = ()) -> dict[str, Suite]:
@@ -222,8 +268,8 @@ def build_suites(declared: Iterable[Source] = ()) -> dict[str, Suite]:
     declared = tuple(declared) or declared_sources.SOURCES
     suites: list[Suite] = []
     for source in declared:
-        suites.append(silver_suite(source, SHOP_SILVER.get(source.entity, ()) if source in declared_sources.SOURCES else ()))
+        suites.append(silver_suite(source, _shop_rules().get(source.entity, ()) if source in declared_sources.SOURCES else ()))
         if source.dimension is not None:
             suites.append(dimension_suite(source))
-    suites += _gold_suites()
+    suites += [build(table) for table, build in _gold_suites()]
     return {s.name: s for s in suites}
