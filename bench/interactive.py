@@ -8,7 +8,8 @@ starts `lakehouse serve` on that lake and times, as a user types them, each comm
 - a gold query (revenue per currency over gold_revenue_per_minute) without an endpoint (the command starts
   its own Spark) and with the endpoint up;
 - the same query with a mistyped table name (one sentence back), both ways;
-- `lakehouse run bronze_customers` (a Dagster run of one small asset; it starts Spark in its run worker).
+- `lakehouse run bronze_customers` (a Dagster run of one small asset) without an endpoint (the run starts
+  its own Spark) and with the endpoint up (the run's catch-up runs in the endpoint's session).
 
 "Without" runs from a second state folder on the same lake, where no endpoint is recorded. Each round
 runs every case once, the order rotating; the figures are medians after a warm-up of each. The answers
@@ -100,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                 "query, endpoint": command(warm, "sql", QUERY),
                 "typo, no endpoint": command(cold, "sql", TYPO, ok={2}),
                 "typo, endpoint": command(warm, "sql", TYPO, ok={2}),
-                "run bronze_customers": command(warm, "run", "bronze_customers"),
+                "run, no endpoint": command(cold, "run", "bronze_customers"),
+                "run, endpoint": command(warm, "run", "bronze_customers"),
             }
             runs = harness.alternate(sides, args.rounds)
         finally:
@@ -112,25 +114,31 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"the {case} answers differ with and without the endpoint: {answers}")
         shutil.rmtree(cold_home, ignore_errors=True)
         # The endpoint logs how long each answer took inside it: the rest of a command's time is its own start.
-        inside = [float(m.group(1)) for m in re.finditer(r"answered sql in ([\d.]+) s",
-                                                         (Path(settings.log_dir) / "lakehouse.log").read_text())]
+        logged = (Path(settings.log_dir) / "lakehouse.log").read_text()
+        inside = [float(m.group(1)) for m in re.finditer(r"answered sql in ([\d.]+) s", logged)]
+        steps = [float(m.group(1)) for m in re.finditer(r"ran a catch_up step in ([\d.]+) s", logged)]
+        if len(steps) < len(runs["run, endpoint"]):
+            raise RuntimeError(f"{len(runs['run, endpoint'])} runs with the endpoint up, {len(steps)} ran in it")
     median = {side: statistics.median(r["seconds"] for r in rs) for side, rs in runs.items()}
     for side, seconds in median.items():
         say(f"{side}: median {seconds:.2f} s")
     inside_s = statistics.median(inside) if inside else float("nan")
     say(f"inside the endpoint: median {inside_s:.2f} s per sql answer ({len(inside)} answers)")
+    step_s = statistics.median(steps)
+    say(f"inside the endpoint: median {step_s:.2f} s per catch-up step of lakehouse run ({len(steps)} steps)")
     figure = (f"gold query {median['query, no endpoint']:.1f} s -> {median['query, endpoint']:.2f} s with lakehouse serve "
               f"({median['query, no endpoint'] / median['query, endpoint']:.1f}x; target <= {TARGET_QUERY_S:.0f} s "
               f"{harness.met(median['query, endpoint'] <= TARGET_QUERY_S)}); mistyped table "
               f"{median['typo, no endpoint']:.1f} s -> {median['typo, endpoint']:.2f} s; inside the endpoint {inside_s:.2f} s "
-              f"per answer; lakehouse run bronze_customers "
-              f"{median['run bronze_customers']:.1f} s (target <= {TARGET_RUN_S:.0f} s "
-              f"{harness.met(median['run bronze_customers'] <= TARGET_RUN_S)}: Dagster runs still start their own Spark)")
+              f"per answer; lakehouse run bronze_customers {median['run, no endpoint']:.1f} s -> "
+              f"{median['run, endpoint']:.1f} s with lakehouse serve, {step_s:.1f} s of it in the endpoint (target <= {TARGET_RUN_S:.0f} s "
+              f"{harness.met(median['run, endpoint'] <= TARGET_RUN_S)})")
     say(figure)
     if args.no_record:
         return 0
     result = {"started": started.isoformat(), "events": args.events, "rounds": args.rounds, "serve_start_s": round(start_s, 2),
               "inside_endpoint_median_s": round(inside_s, 3),
+              "run_step_in_endpoint_median_s": round(step_s, 3),
               "median_s": {k: round(v, 3) for k, v in median.items()},
               "runs": {side: harness.rounded([{k: v for k, v in r.items() if k != "out"} for r in rs])
                        for side, rs in runs.items()}}
@@ -139,9 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         f"a lake of {args.events:,} shop events (all 22 flows caught up); each command in its own process as a user "
         f"types it; median of {args.rounds} rotating rounds after a warm-up; before = no endpoint (the command starts "
         f"Spark), after = `lakehouse serve` up (started in {start_s:.1f} s)",
-        f"gold query {median['query, no endpoint']:.2f} s; mistyped table {median['typo, no endpoint']:.2f} s",
+        f"gold query {median['query, no endpoint']:.2f} s; mistyped table {median['typo, no endpoint']:.2f} s; "
+        f"lakehouse run bronze_customers {median['run, no endpoint']:.1f} s",
         f"gold query {median['query, endpoint']:.2f} s; mistyped table {median['typo, endpoint']:.2f} s; "
-        f"lakehouse run bronze_customers {median['run bronze_customers']:.1f} s",
+        f"lakehouse run bronze_customers {median['run, endpoint']:.1f} s",
         figure, f"{harness.machine()}, {harness.load_now()} at the end (load {load} at the start)")
     harness.record(NAME, result, row)
     print(json.dumps(result["median_s"], indent=2))
