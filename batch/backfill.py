@@ -32,6 +32,7 @@ from batch.recompute import Shadow, recompute
 from schemas.tables import LATE_ARRIVALS
 from streaming.context import BatchScope, FlowContext, offsets_covered
 from streaming.flows import FLOWS, Flow
+from streaming.lake_files import has_delta_log
 from streaming.runner import run_flow, table_version
 
 log = logging.getLogger(__name__)
@@ -68,12 +69,13 @@ def backfill_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tuple
         fresh = recompute(spark, flow, shadow)
         if fresh is None:
             change.version = table_version(spark, path)
+            log.info("backfill %s %s: no input yet, nothing to recompute", change.table, change.days)
             return change
         fresh = in_days(fresh, flow.target, days)
         if ctx.quality is not None:
             validate_partitions(ctx, flow, fresh)
         live = in_days(spark.read.format("delta").load(path), flow.target, days) \
-            if DeltaTable.isDeltaTable(spark, path) else None
+            if has_delta_log(spark, path) else None
         diff, _ = diff_tables(live, fresh, flow.target, limit=0)
         change.rows_before, change.rows_after = diff.stream_rows, diff.batch_rows
         change.added, change.removed, change.changed = diff.only_batch, diff.only_stream, diff.changed
@@ -111,7 +113,7 @@ def _replace(fresh, flow: Flow, path: str, days: tuple[date, date], run_id: str)
     predicate = days_predicate(flow.target, days)
     if predicate is not None:
         writer = writer.option("replaceWhere", predicate)
-    if not DeltaTable.isDeltaTable(fresh.sparkSession, path) and flow.target.partition_by:
+    if not has_delta_log(fresh.sparkSession, path) and flow.target.partition_by:
         writer = writer.partitionBy(*flow.target.partition_by)
     writer.save(path)
 
@@ -119,7 +121,7 @@ def _replace(fresh, flow: Flow, path: str, days: tuple[date, date], run_id: str)
 def mark_reconciled(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tuple[date, date], run_id: str) -> int:
     """Mark the flow's late arrivals in `days` as folded in by this backfill; returns how many."""
     path = LATE_ARRIVALS.path(ctx.lake_root)
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not has_delta_log(spark, path):
         return 0
     table = DeltaTable.forPath(spark, path)
     if "reconciled_at" not in table.toDF().columns:

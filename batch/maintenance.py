@@ -29,6 +29,7 @@ from infra.retention import (
 )
 from schemas.tables import TableSpec
 from schemas.topics import TopicSpec
+from streaming.lake_files import has_delta_log
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def layout(spark: SparkSession, path: str) -> Layout:
 
 def table_properties(spark: SparkSession, path: str) -> dict[str, str] | None:
     """The table's properties (None when there is no Delta table at `path` yet)."""
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not has_delta_log(spark, path):
         return None
     return dict(DeltaTable.forPath(spark, path).detail().select("properties").first()["properties"] or {})
 
@@ -121,7 +122,7 @@ def compact_table(spark: SparkSession, spec: TableSpec, lake_root: str, *, busy:
     """OPTIMIZE one table (ZORDER BY its `zorder_by` columns, if any) and report its layout before and after."""
     path = spec.path(lake_root)
     result = Compaction(spec.name, spec.layer, "skipped", zorder_by=spec.zorder_by)
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not has_delta_log(spark, path):
         result.reason = "not created yet: its flow has written no rows"
         return result
     before = layout(spark, path)

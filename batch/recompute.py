@@ -19,7 +19,6 @@ import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -27,7 +26,7 @@ from schemas.tables import KAFKA_COORDINATES, LATE_ARRIVALS, TableSpec
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.flows import Flow
-from streaming.lake_files import delete_tree
+from streaming.lake_files import delete_tree, has_delta_log
 from streaming.sources import kafka_options
 
 log = logging.getLogger(__name__)
@@ -58,7 +57,7 @@ class Shadow:
         return table.path(self.root)
 
     def read(self, table: TableSpec) -> DataFrame | None:
-        if not DeltaTable.isDeltaTable(self.spark, self.path(table)):
+        if not has_delta_log(self.spark, self.path(table)):
             return None
         return self.spark.read.format("delta").load(self.path(table))
 
@@ -103,7 +102,7 @@ def read_kafka_range(spark: SparkSession, topic: TopicSpec, ctx: FlowContext, bo
 def unreconciled_late(spark: SparkSession, lake_root: str, flow: Flow) -> DataFrame | None:
     """The events this flow sent to late_arrivals that no backfill has folded in yet (None: no such table)."""
     path = LATE_ARRIVALS.path(lake_root)
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not has_delta_log(spark, path):
         return None
     late = spark.read.format("delta").load(path).where(F.col("flow") == flow.name)
     if "reconciled_at" in late.columns:
@@ -115,7 +114,7 @@ def recompute(spark: SparkSession, flow: Flow, shadow: Shadow, inputs: Inputs = 
     """Run `flow` once over its bounded inputs into the shadow lake; returns the shadow table (None: no input yet)."""
     ctx = shadow.ctx
     for table in (*flow.sources, *flow.lookups):
-        if isinstance(table, TableSpec) and not DeltaTable.isDeltaTable(spark, ctx.input_path(table)):
+        if isinstance(table, TableSpec) and not has_delta_log(spark, ctx.input_path(table)):
             log.info("recompute %s: %s does not exist yet", flow.name, table.name)
             return None
     frames = [read_input(spark, source, ctx, inputs) for source in flow.sources]

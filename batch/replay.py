@@ -27,7 +27,7 @@ from schemas.tables import TableSpec
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.flows import FLOWS, Flow
-from streaming.lake_files import children
+from streaming.lake_files import children, has_delta_log
 from streaming.runner import table_version
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ def _rebuild_bronze(spark: SparkSession, flow: Flow, ctx: FlowContext, shadow: S
     topic = flow.source
     assert isinstance(topic, TopicSpec)
     live_path = flow.target.path(ctx.lake_root)
-    live = spark.read.format("delta").load(live_path) if DeltaTable.isDeltaTable(spark, live_path) else None
+    live = spark.read.format("delta").load(live_path) if has_delta_log(spark, live_path) else None
     first = _kafka_start(spark, topic, ctx, live, start)
     again = flow.apply(read_kafka_range(spark, topic, ctx, {"start": {str(p): o for p, o in first.items()}}), ctx=ctx)
     rows = again
@@ -183,7 +183,7 @@ def compare(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: lis
     for done in replayed:
         spec = flow_for(done.table, flows).target
         live_path = spec.path(ctx.lake_root)
-        live = spark.read.format("delta").load(live_path) if DeltaTable.isDeltaTable(spark, live_path) else None
+        live = spark.read.format("delta").load(live_path) if has_delta_log(spark, live_path) else None
         ignore = ("quarantined_at", "recorded_at") + REINGESTED
         done.diff, _ = diff_tables(live, shadow.read(spec), spec, limit=limit, ignore=ignore)
     return replayed

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Iterable
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -25,6 +24,7 @@ from batch.lineage import batch_flows
 from batch.recompute import Inputs, Shadow, recompute, unreconciled_late
 from streaming.context import FlowContext
 from streaming.flows import FLOWS, Flow
+from streaming.lake_files import has_delta_log
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def verify_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, *, days: tupl
     """Compare the flow's table with batch recomputations of the flow over the same input (see the module doc)."""
     verdict = Verdict(flow.target.name, flow.name)
     path = flow.target.path(ctx.lake_root)
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not has_delta_log(spark, path):
         verdict.status = "not built"
         return verdict
     live = in_days(spark.read.format("delta").load(path), flow.target, days)

@@ -1,6 +1,7 @@
 """Asset factories: one asset per Kafka topic spec and one per Delta table, built from the specs and flows."""
 
 import warnings
+from datetime import date
 
 import dagster as dg
 from delta.tables import DeltaTable
@@ -235,6 +236,19 @@ def catch_up_table(context, session, main: Flow, ctx, docs: dict[str, str], chec
         check_results=[quality_check_result(main, validations_of(ctx, main.target.name))] if checked else None)
 
 
+def backfill_table(context, session, main: Flow, ctx, days: tuple[date, date], run_id: str,
+                   checked: bool) -> dg.MaterializeResult:
+    """Recompute a partitioned table's days with the batch lane; what changed and its quality check."""
+    context.log.info(f"backfill {main.target.name} for {days[0]}..{days[1]} with flow {main.name}")
+    try:
+        change = backfill_flow(session, main, ctx, days, run_id=run_id)
+    except QUALITY_STOPS as stopped:
+        return _stopped_result(context, session, main, ctx, stopped, checked)
+    return dg.MaterializeResult(
+        metadata=backfill_metadata(change),
+        check_results=[quality_check_result(main, validations_of(ctx, main.target.name))] if checked else None)
+
+
 def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefinition | None = None,
                 checked: bool = False) -> dg.AssetsDefinition:
     """A table's asset: partitioned by event date (silver, gold) it is backfilled; otherwise it catches up."""
@@ -261,24 +275,17 @@ def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefin
         context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource, lake: LakeResource
     ) -> dg.MaterializeResult:
         """Partitioned: recompute the run's days with the batch lane. Otherwise: catch up with the source."""
-        if not partitioned:
-            if (endpoint := served_runs.endpoint_for(spark, lake)) is not None:
-                parts = served_runs.run_served(endpoint, served_runs.request(
-                    served_runs.TABLE, lake, kafka, asset=main.asset_name, docs=docs, checked=bool(checks)), context)
-                return served_runs.result_from(parts)
-            served_runs.note_local_spark(context)
+        days = key_range(context) if partitioned else None
+        if (endpoint := served_runs.endpoint_for(spark, lake)) is not None:
+            step = (served_runs.request(served_runs.TABLE, lake, kafka, asset=main.asset_name, docs=docs,
+                                        checked=bool(checks)) if days is None else
+                    served_runs.request(served_runs.BACKFILL, lake, kafka, asset=main.asset_name,
+                                        days=[d.isoformat() for d in days], run_id=context.run_id, checked=bool(checks)))
+            return served_runs.result_from(served_runs.run_served(endpoint, step, context))
+        served_runs.note_local_spark(context)
+        if days is None:
             return catch_up_table(context, spark.session(), main, lake.flow_context(kafka), docs, bool(checks))
-        session = spark.session()
-        ctx = lake.flow_context(kafka)
-        days = key_range(context)
-        context.log.info(f"backfill {main.target.name} for {days[0]}..{days[1]} with flow {main.name}")
-        try:
-            change = backfill_flow(session, main, ctx, days, run_id=context.run_id)
-        except QUALITY_STOPS as stopped:
-            return _stopped_result(context, session, main, ctx, stopped, bool(checks))
-        return dg.MaterializeResult(
-            metadata=backfill_metadata(change),
-            check_results=[quality_check_result(main, validations_of(ctx, main.target.name))] if checks else None)
+        return backfill_table(context, spark.session(), main, lake.flow_context(kafka), days, context.run_id, bool(checks))
 
     return _table
 

@@ -1,10 +1,11 @@
 """Dagster runs whose flows run in `lakehouse serve`'s warm Spark session instead of a JVM of their own.
 
-A run's step that needs Spark (the catch_up op, a table asset that catches up) first asks whether an
-endpoint is up for its lake. If so it sends the step there: the endpoint runs the very same code in its
-session and streams back, as they happen, the step's log lines and the events it logs (materializations,
-observations, check evaluations), one JSON line each; the step replays them into its own context, so
-the run looks the same in the UI and in `lakehouse run` either way. Without an endpoint the step starts
+A run's step that needs Spark (the catch_up op; a table asset that catches up, or backfills the days of
+its partitions) first asks whether an endpoint is up for its lake. If so it sends the step there: the
+endpoint runs the very same code in its session and streams back, as they happen, the step's log lines
+and the events it logs (materializations, observations, check evaluations), one JSON line each; the
+step replays them into its own context, so the run looks the same in the UI and in `lakehouse run`
+either way. Without an endpoint the step starts
 Spark itself, as before, and says so in its log: that costs a JVM and 10-40 s on a small machine.
 
 A run the UI cancels stops waiting, but its flows finish on the endpoint: a catch-up ends on a commit.
@@ -28,8 +29,9 @@ from orchestration.sql_endpoint import HOST, STREAMED, Endpoint, EndpointError, 
 
 log = logging.getLogger("lakehouse")
 
-# The catch_up op's work (topics, then the chosen flows); one table asset's catch-up (its MaterializeResult's parts).
-CATCH_UP, TABLE = STREAMED
+# The catch_up op's work (topics, then the chosen flows); one table asset's catch-up, or its backfill of a
+# partition range (each answered with its MaterializeResult's parts).
+CATCH_UP, TABLE, BACKFILL = STREAMED
 
 # One run at a time on the endpoint: two runs of one flow would race for its checkpoint. Queries do not wait.
 _RUN_LOCK = threading.Lock()
@@ -71,6 +73,8 @@ def run_served(endpoint: Endpoint, body: dict[str, Any], context) -> Any:
                 if "log" in message:
                     level, text = message["log"]
                     getattr(context.log, level)(text)
+                elif "record" in message:
+                    _replay_record(*message["record"])
                 elif "event" in message:
                     context.log_event(deserialize_value(message["event"]))
                 elif "failure" in message:
@@ -86,6 +90,20 @@ def run_served(endpoint: Endpoint, body: dict[str, Any], context) -> Any:
         raise EndpointError(f"lakehouse serve (pid {endpoint.pid}) stopped during this run ({exc}); "
                             "run it again") from None
     raise EndpointError(f"lakehouse serve (pid {endpoint.pid}) stopped during this run; run it again")
+
+
+def _replay_record(name: str, level: int, text: str) -> None:
+    """A batch-lane log line of the step, to the handlers a command put on its logger (its progress bar).
+
+    Not to the root's: the endpoint has written the line to the log file, which is the same file.
+    """
+    record = logging.LogRecord(name, level, __file__, 0, text, None, None)
+    logger: logging.Logger | None = logging.getLogger(name)
+    while logger is not None and logger is not logging.root:
+        for handler in logger.handlers:
+            if level >= handler.level:
+                handler.handle(record)
+        logger = logger.parent
 
 
 def _parts(result: dg.MaterializeResult) -> dict[str, Any]:
@@ -135,6 +153,18 @@ class _Context:
         self._emit({"event": serialize_value(event)})
 
 
+class _Forward(logging.Handler):
+    """Sends the batch lane's log records of one step's thread back to the run, as they would be logged there."""
+
+    def __init__(self, emit: Callable[[dict], None]):
+        super().__init__(logging.INFO)
+        self._emit, self._thread = emit, threading.get_ident()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self._thread:
+            self._emit({"record": [record.name, record.levelno, record.getMessage()]})
+
+
 class _WarmSpark:
     """A SparkResource stand-in whose session is the endpoint's."""
 
@@ -149,7 +179,9 @@ class _WarmSpark:
 
 def serve_step(spark, settings: Settings, body: dict[str, Any], emit: Callable[[dict], None]) -> None:
     """Run a step sent by `run_served` in the endpoint's session, emitting its log, events and end."""
-    from orchestration.assets import catch_up_table
+    from datetime import date
+
+    from orchestration.assets import backfill_table, catch_up_table
     from orchestration.catch_up import CatchUpConfig, catch_up
     from schemas import sources
     from streaming import flows as flow_registry
@@ -159,13 +191,24 @@ def serve_step(spark, settings: Settings, body: dict[str, Any], emit: Callable[[
         if lake.root != settings.lake_root:
             raise EndpointError(f"this endpoint serves {settings.lake_root}, not {lake.root}")
         context = _Context(emit)
+        forward, batch_log = _Forward(emit), logging.getLogger("batch")   # backfill's per-table lines
         with _RUN_LOCK:
             if body["kind"] == CATCH_UP:
                 catch_up(context, CatchUpConfig(assets=body["assets"]), _WarmSpark(spark), kafka, lake, sources.SOURCES)
                 emit({"done": True})
             else:
                 [flow] = [f for f in flow_registry.build_flows(sources.SOURCES) if f.asset_name == body["asset"]]
-                result = catch_up_table(context, spark, flow, lake.flow_context(kafka), body["docs"], body["checked"])
+                ctx = lake.flow_context(kafka)
+                if body["kind"] == BACKFILL:
+                    first, last = (date.fromisoformat(day) for day in body["days"])
+                    batch_log.addHandler(forward)
+                    try:
+                        result = backfill_table(context, spark, flow, ctx, (first, last), body["run_id"],
+                                                body["checked"])
+                    finally:
+                        batch_log.removeHandler(forward)
+                else:
+                    result = catch_up_table(context, spark, flow, ctx, body["docs"], body["checked"])
                 emit({"result": serialize_value(_parts(result))})
     except dg.Failure as failure:
         emit({"failure": failure.description, "metadata": serialize_value(failure.metadata)})

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,23 @@ def test_serve_answers_sql_and_history_and_sees_tables_created_after_it_started(
         assert metadata["dagster/row_count"] == total > expected, metadata
         assert metadata["rows_written"] == metadata["records_consumed"] == total - expected, metadata
         assert log.read_text().count(JVM) == 1 and log.read_text().count("ran a table step in") == 1
+
+        # A backfill (a partition range materialized from the UI, or lakehouse backfill) runs there too: silver
+        # and the two gold tables downstream of it, each a step of one run, each sent to the endpoint.
+        today = datetime.now(timezone.utc).date()
+        days = ((today - timedelta(days=1)).isoformat(), today.isoformat())   # the events' dates: sent just now
+        backfilled = lakehouse(broker, "backfill", "--from", days[0], "--to", days[1], "--table", "silver_customers",
+                               **env)
+        assert backfilled.returncode == 0, backfilled.stderr[-3000:]
+        assert log.read_text().count(JVM) == 1 and log.read_text().count("ran a backfill step in") == 3
+        # The progress bar moved on the batch lane's per-table lines, which happen in the endpoint.
+        assert "] 3/3 backfill " in backfilled.stderr, backfilled.stderr[-3000:]
+        rows = {cells[0]: cells[1:] for line in backfilled.stdout.splitlines()
+                if len(cells := [c.strip() for c in line.split("|")]) == 7}
+        # The backfill first caught silver up from bronze; the batch lane then agrees with it row for row.
+        assert rows["silver_customers"][:3] == ["0", "0", "0"] and rows["silver_customers"][5] == "no", rows
+        silver = lakehouse(broker, "sql", "SELECT count(*) AS n FROM silver_customers", **env)
+        assert silver.returncode == 0 and 0 < int(silver.stdout.splitlines()[2]) <= total, silver.stdout
     finally:
         os.kill(server.pid, signal.SIGTERM)   # as `kill PID` does; its JVM is stopped by the endpoint
         try:
