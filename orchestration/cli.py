@@ -373,8 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="keep a Spark session running that lakehouse sql, history and Dagster runs use",
                        description="Starts Spark once and answers lakehouse sql and lakehouse history on a loopback "
                                    "port (127.0.0.1, recorded with its PID in <home>/sql-endpoint.json) until Ctrl-C "
-                                   "or SIGTERM; Dagster runs on the same lake (lakehouse run, a materialization in the "
-                                   "UI) run their catch-up there too, one run at a time. Without it each of those "
+                                   "or SIGTERM; Dagster runs on the same lake (lakehouse run, lakehouse backfill, a "
+                                   "materialization in the UI) run their Spark work there too, one run at a time. Without it each of those "
                                    "starts its own JVM (10-40 s). It sees tables created later by other processes.")
     p.set_defaults(fn=cmd_serve)
 
