@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from batch.verify import Verdict, describe, verify_flow
+from orchestration import served_runs
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
 from schemas import sources
 from schemas.topics import TopicSpec
@@ -35,19 +36,26 @@ def verify_check(flow: Flow) -> dg.AssetChecksDefinition:
                     description="Compares the table row by row with the batch lane's recomputation of its flow over the "
                                 "same log; differences explained by late arrivals warn until a backfill folds them in, "
                                 "real discrepancies fail.")
-    def _check(spark: SparkResource, kafka: KafkaResource, lake: LakeResource) -> dg.AssetCheckResult:
-        verdict = verify_flow(spark.session(), flow, lake.flow_context(kafka))
-        if verdict.status == "not built":
-            return dg.AssetCheckResult(passed=True, metadata={"status": "not built yet: nothing to compare"})
-        return dg.AssetCheckResult(
-            passed=verdict.status == "clean",
-            severity=dg.AssetCheckSeverity.ERROR if verdict.real else dg.AssetCheckSeverity.WARN,
-            metadata=_metadata(verdict),
-            description=None if verdict.status == "clean" else
-            f"{verdict.real} real discrepancies, {verdict.explained} rows explained by late arrivals",
-        )
+    def _check(context, spark: SparkResource, kafka: KafkaResource, lake: LakeResource) -> dg.AssetCheckResult:
+        if (served := served_runs.served_check(context, spark, lake, kafka, flow.asset_name, VERIFY_CHECK)) is not None:
+            return served
+        return verify_result(spark.session(), flow, lake.flow_context(kafka))
 
     return _check
+
+
+def verify_result(session, flow: Flow, ctx) -> dg.AssetCheckResult:
+    """The matches_batch check of one table, computed in `session`."""
+    verdict = verify_flow(session, flow, ctx)
+    if verdict.status == "not built":
+        return dg.AssetCheckResult(passed=True, metadata={"status": "not built yet: nothing to compare"})
+    return dg.AssetCheckResult(
+        passed=verdict.status == "clean",
+        severity=dg.AssetCheckSeverity.ERROR if verdict.real else dg.AssetCheckSeverity.WARN,
+        metadata=_metadata(verdict),
+        description=None if verdict.status == "clean" else
+        f"{verdict.real} real discrepancies, {verdict.explained} rows explained by late arrivals",
+    )
 
 
 def build_checks(declared: tuple = sources.SOURCES) -> list[dg.AssetChecksDefinition]:

@@ -30,8 +30,8 @@ from orchestration.sql_endpoint import HOST, STREAMED, Endpoint, EndpointError, 
 log = logging.getLogger("lakehouse")
 
 # The catch_up op's work (topics, then the chosen flows); one table asset's catch-up, or its backfill of a
-# partition range (each answered with its MaterializeResult's parts).
-CATCH_UP, TABLE, BACKFILL = STREAMED
+# partition range (each answered with its MaterializeResult's parts); one asset check that reads tables.
+CATCH_UP, TABLE, BACKFILL, CHECK = STREAMED
 
 # One run at a time on the endpoint: two runs of one flow would race for its checkpoint. Queries do not wait.
 _RUN_LOCK = threading.Lock()
@@ -92,6 +92,15 @@ def run_served(endpoint: Endpoint, body: dict[str, Any], context) -> Any:
     raise EndpointError(f"lakehouse serve (pid {endpoint.pid}) stopped during this run; run it again")
 
 
+def served_check(context, spark: SparkResource, lake: LakeResource, kafka: KafkaResource, asset: str,
+                 name: str) -> dg.AssetCheckResult | None:
+    """An asset check computed on the endpoint; None, after saying so, when there is none and the step starts Spark."""
+    if (endpoint := endpoint_for(spark, lake)) is None:
+        note_local_spark(context)
+        return None
+    return _check_from(run_served(endpoint, request(CHECK, lake, kafka, asset=asset, check=name), context))
+
+
 def _replay_record(name: str, level: int, text: str) -> None:
     """A batch-lane log line of the step, to the handlers a command put on its logger (its progress bar).
 
@@ -106,16 +115,23 @@ def _replay_record(name: str, level: int, text: str) -> None:
         logger = logger.parent
 
 
+def _check_parts(check: dg.AssetCheckResult) -> dict[str, Any]:
+    return {"check_name": check.check_name, "passed": check.passed, "metadata": check.metadata,
+            "severity": check.severity.value, "description": check.description}
+
+
+def _check_from(parts: dict[str, Any]) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(**{**parts, "severity": dg.AssetCheckSeverity(parts["severity"])})
+
+
 def _parts(result: dg.MaterializeResult) -> dict[str, Any]:
     """A MaterializeResult as values Dagster's serdes can carry (it carries metadata, not the result itself)."""
-    checks = [{"check_name": c.check_name, "passed": c.passed, "metadata": c.metadata,
-               "severity": c.severity.value, "description": c.description} for c in result.check_results or []]
-    return {"metadata": result.metadata, "checks": checks}
+    return {"metadata": result.metadata, "checks": [_check_parts(c) for c in result.check_results or []]}
 
 
 def result_from(parts: dict[str, Any]) -> dg.MaterializeResult:
     """The MaterializeResult the endpoint computed, rebuilt in the run from `_parts`."""
-    checks = [dg.AssetCheckResult(**{**c, "severity": dg.AssetCheckSeverity(c["severity"])}) for c in parts["checks"]]
+    checks = [_check_from(c) for c in parts["checks"]]
     return dg.MaterializeResult(metadata=parts["metadata"], check_results=checks or None)
 
 
@@ -183,6 +199,8 @@ def serve_step(spark, settings: Settings, body: dict[str, Any], emit: Callable[[
 
     from orchestration.assets import backfill_table, catch_up_table
     from orchestration.catch_up import CatchUpConfig, catch_up
+    from orchestration.checks import VERIFY_CHECK, verify_result
+    from orchestration.quality_checks import rule_result, rules
     from schemas import sources
     from streaming import flows as flow_registry
 
@@ -196,6 +214,14 @@ def serve_step(spark, settings: Settings, body: dict[str, Any], emit: Callable[[
             if body["kind"] == CATCH_UP:
                 catch_up(context, CatchUpConfig(assets=body["assets"]), _WarmSpark(spark), kafka, lake, sources.SOURCES)
                 emit({"done": True})
+            elif body["kind"] == CHECK:
+                asset, name = body["asset"], body["check"]
+                if name == VERIFY_CHECK:
+                    [flow] = [f for f in flow_registry.build_flows(sources.SOURCES) if f.asset_name == asset]
+                    check = verify_result(spark, flow, lake.flow_context(kafka))
+                else:
+                    check = rule_result(spark, lake.root, rules(sources.SOURCES)[(asset, name)][1])
+                emit({"result": serialize_value(_check_parts(check))})
             else:
                 [flow] = [f for f in flow_registry.build_flows(sources.SOURCES) if f.asset_name == body["asset"]]
                 ctx = lake.flow_context(kafka)

@@ -30,7 +30,8 @@ from infra.settings import Settings
 log = logging.getLogger("lakehouse")
 
 HOST = "127.0.0.1"
-STREAMED = ("catch_up", "table", "backfill")   # a Dagster run's steps (orchestration/served_runs.py), answered as they run
+# A Dagster run's steps (orchestration/served_runs.py), answered as they run.
+STREAMED = ("catch_up", "table", "backfill", "check")
 
 
 def state_file(settings: Settings) -> Path:

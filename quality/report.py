@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from quality.results import gx_context
+from quality.table_checks import read_delta
 
 
 @dataclass
@@ -28,9 +28,8 @@ class TableSummary:
 
 def summarize(spark: SparkSession, results_path: str) -> list[TableSummary]:
     """One summary per table that has results, from the Delta results table."""
-    if not DeltaTable.isDeltaTable(spark, results_path):
+    if (results := read_delta(spark, results_path)) is None:
         return []
-    results = spark.read.format("delta").load(results_path)
     per_table = results.groupBy("table").agg(
         F.countDistinct("lane", "flow", "batch_id", "validated_at").alias("batches"),
         F.countDistinct("expectation").alias("expectations"),

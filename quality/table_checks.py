@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -36,9 +36,26 @@ class TableCheck:
     figures: dict[str, object] = field(default_factory=dict)
 
 
+# What Delta says when no table is committed at a path.
+_ABSENT = ("PATH_NOT_FOUND", "DELTA_TABLE_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE")
+
+
+def read_delta(spark: SparkSession, path: str) -> DataFrame | None:
+    """The Delta table at `path` as it is now, or None if none is committed there.
+
+    Not DeltaTable.isDeltaTable first: it answers from a log the session caches without updating it, so
+    a long-lived session (lakehouse serve) would miss a table another process created after it asked.
+    """
+    try:
+        return spark.read.format("delta").load(path)
+    except AnalysisException as exc:
+        if exc.getCondition() in _ABSENT:
+            return None
+        raise
+
+
 def _read(spark: SparkSession, spec: TableSpec, lake_root: str) -> DataFrame | None:
-    path = spec.path(lake_root)
-    return spark.read.format("delta").load(path) if DeltaTable.isDeltaTable(spark, path) else None
+    return read_delta(spark, spec.path(lake_root))
 
 
 def silver_accounting(spark: SparkSession, source: Source, lake_root: str) -> TableCheck | None:

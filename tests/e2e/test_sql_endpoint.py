@@ -20,18 +20,28 @@ NOTICE = "no lakehouse serve running"
 ANSWERED = "INFO lakehouse: answered "
 JVM = "starting a Spark session"     # what a process that starts Spark logs first
 
-# A materialization of one asset as the UI makes one: a run of the implicit asset job, in its own process.
+# A materialization of one asset (of a range of its partitions, if days are given) as the UI makes one: a run
+# of the implicit asset job, in its own process. It prints the materialization's and the checks' metadata.
 MATERIALIZE = """
 import json, sys
 from infra.settings import Settings
 from orchestration import cli, runs
 settings = Settings.from_env()
 cli._setup_logging(settings, verbose=False, quiet=True)
-result = runs.run_job(settings, "__ASSET_JOB", selection=["bronze_customers"])
-metadata = runs.materialized_metadata(result)["bronze_customers"]
-print(json.dumps({k: v for k, v in metadata.items() if isinstance(v, (int, float, str))}))
+asset, days = sys.argv[1], tuple(sys.argv[2:]) or None
+result = runs.run_job(settings, "__ASSET_JOB", selection=[asset], partition_range=days)
+plain = lambda m: {k: getattr(v, "value", v) for k, v in m.items() if isinstance(getattr(v, "value", v), (int, float, str))}
+checks = {e.check_name: {"passed": e.passed, **plain(e.metadata)} for e in result.get_asset_check_evaluations()}
+print(json.dumps({"metadata": plain(runs.materialized_metadata(result)[asset]), "checks": checks}))
 sys.exit(runs.exit_status(result))
 """
+
+
+def _materialize(broker, env: dict[str, str], *args: str) -> dict:
+    done = subprocess.run([str(LAKEHOUSE.with_name("python")), "-c", MATERIALIZE, *args],
+                          env=environment(broker, **env), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _rows_on(bootstrap: str, topic: str) -> int:
@@ -88,30 +98,25 @@ def test_serve_answers_sql_and_history_and_sees_tables_created_after_it_started(
         # A materialization from the UI of a table that catches up runs there too, and its metadata comes back.
         assert lakehouse(broker, "produce", "--count", "120", "--seed", "32", **env).returncode == 0
         total = _rows_on(broker.kafka_bootstrap, "shop.customers.v1")
-        materialized = subprocess.run([str(LAKEHOUSE.with_name("python")), "-c", MATERIALIZE],
-                                      env=environment(broker, **env), capture_output=True, text=True, timeout=600)
-        assert materialized.returncode == 0, materialized.stderr[-3000:]
-        metadata = json.loads(materialized.stdout.strip().splitlines()[-1])
+        metadata = _materialize(broker, env, "bronze_customers")["metadata"]
         assert metadata["dagster/row_count"] == total > expected, metadata
         assert metadata["rows_written"] == metadata["records_consumed"] == total - expected, metadata
         assert log.read_text().count(JVM) == 1 and log.read_text().count("ran a table step in") == 1
 
-        # A backfill (a partition range materialized from the UI, or lakehouse backfill) runs there too: silver
-        # and the two gold tables downstream of it, each a step of one run, each sent to the endpoint.
+        # A range of silver's daily partitions materialized from the UI is a backfill: it runs there too, and so
+        # do the checks that read tables (matches_batch, accounting, freshness), each step sent on its own.
         today = datetime.now(timezone.utc).date()
         days = ((today - timedelta(days=1)).isoformat(), today.isoformat())   # the events' dates: sent just now
-        backfilled = lakehouse(broker, "backfill", "--from", days[0], "--to", days[1], "--table", "silver_customers",
-                               **env)
-        assert backfilled.returncode == 0, backfilled.stderr[-3000:]
-        assert log.read_text().count(JVM) == 1 and log.read_text().count("ran a backfill step in") == 3
-        # The progress bar moved on the batch lane's per-table lines, which happen in the endpoint.
-        assert "] 3/3 backfill " in backfilled.stderr, backfilled.stderr[-3000:]
-        rows = {cells[0]: cells[1:] for line in backfilled.stdout.splitlines()
-                if len(cells := [c.strip() for c in line.split("|")]) == 7}
+        silver = _materialize(broker, env, "silver_customers", *days)
+        assert log.read_text().count(JVM) == 1 and log.read_text().count("ran a backfill step in") == 1
+        assert log.read_text().count("ran a check step in") >= 2, silver
+        metadata, checks = silver["metadata"], silver["checks"]
         # The backfill first caught silver up from bronze; the batch lane then agrees with it row for row.
-        assert rows["silver_customers"][:3] == ["0", "0", "0"] and rows["silver_customers"][5] == "no", rows
-        silver = lakehouse(broker, "sql", "SELECT count(*) AS n FROM silver_customers", **env)
-        assert silver.returncode == 0 and 0 < int(silver.stdout.splitlines()[2]) <= total, silver.stdout
+        assert (metadata["rows_added"], metadata["rows_changed"], metadata["rows_removed"]) == (0, 0, 0), metadata
+        assert checks["matches_batch"]["passed"] and checks["matches_batch"]["status"] == "clean", checks
+        # Every record on the topic is in bronze, and each is in exactly one place after silver.
+        assert checks["accounting"]["passed"] and checks["accounting"]["bronze"] == total, checks
+        assert checks["accounting"]["silver"] == metadata["rows_in_range_after"] > 0, (checks, metadata)
     finally:
         os.kill(server.pid, signal.SIGTERM)   # as `kill PID` does; its JVM is stopped by the endpoint
         try:

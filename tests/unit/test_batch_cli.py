@@ -56,3 +56,40 @@ def test_nightly_reconciliation_covers_the_last_days_up_to_today():
     now = datetime(2026, 11, 22, 2, 30, tzinfo=timezone.utc)
     assert reconcile_range(now, 3) == ("2026-11-20", "2026-11-22")
     assert reconcile_range(now, 1) == ("2026-11-22", "2026-11-22")
+
+
+def test_a_backfill_run_on_the_endpoint_moves_the_commands_progress_bar_and_writes_no_second_log_line(capsys):
+    """The endpoint forwards the batch lane's lines of the step's own thread; the command hands them to its bar only."""
+    import logging
+    import threading
+
+    from orchestration.batch_cli import Bar
+    from orchestration.served_runs import _Forward, _replay_record
+
+    sent: list[dict] = []
+    batch_log = logging.getLogger("batch")
+    forward, level = _Forward(sent.append), batch_log.level
+    batch_log.addHandler(forward)
+    batch_log.setLevel(logging.INFO)   # as the endpoint's logging is set up
+    try:
+        logging.getLogger("batch.backfill").info("backfill silver_orders 2026-11-22..2026-11-23: +0 ~0 -0 rows")
+        other = threading.Thread(target=lambda: logging.getLogger("batch.backfill").info("another run's line"))
+        other.start()
+        other.join()
+    finally:
+        batch_log.removeHandler(forward)
+        batch_log.setLevel(level)
+    assert [m["record"][2] for m in sent] == ["backfill silver_orders 2026-11-22..2026-11-23: +0 ~0 -0 rows"]
+
+    root_lines: list[str] = []
+    root_handler = logging.Handler()
+    root_handler.emit = lambda record: root_lines.append(record.getMessage())
+    logging.getLogger().addHandler(root_handler)
+    try:
+        with Bar("batch.backfill", 2):
+            for message in sent:
+                _replay_record(*message["record"])
+    finally:
+        logging.getLogger().removeHandler(root_handler)
+    assert "] 1/2 backfill silver_orders 2026-11-22..2026-11-23" in capsys.readouterr().err
+    assert root_lines == []   # the endpoint wrote the line to the shared log file already
