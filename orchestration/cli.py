@@ -374,8 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Starts Spark once and answers lakehouse sql and lakehouse history on a loopback "
                                    "port (127.0.0.1, recorded with its PID in <home>/sql-endpoint.json) until Ctrl-C "
                                    "or SIGTERM; Dagster runs on the same lake (lakehouse run, lakehouse backfill, a "
-                                   "materialization in the UI) run their Spark work there too, one run at a time. Without it each of those "
-                                   "starts its own JVM (10-40 s). It sees tables created later by other processes.")
+                                   "materialization in the UI, the checks that read tables) run their Spark work there "
+                                   "too, one step at a time. Without it each of those starts its own JVM (10-40 s). It "
+                                   "sees tables created later by other processes.")
     p.set_defaults(fn=cmd_serve)
 
     p = sub.add_parser("history", help="list a table's Delta versions, newest first, with what each one wrote",

@@ -33,7 +33,7 @@ log = logging.getLogger("lakehouse")
 # partition range (each answered with its MaterializeResult's parts); one asset check that reads tables.
 CATCH_UP, TABLE, BACKFILL, CHECK = STREAMED
 
-# One run at a time on the endpoint: two runs of one flow would race for its checkpoint. Queries do not wait.
+# One run step at a time on the endpoint: two runs of one flow would race for its checkpoint. Queries do not wait.
 _RUN_LOCK = threading.Lock()
 
 
