@@ -276,13 +276,15 @@ def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefin
     ) -> dg.MaterializeResult:
         """Partitioned: recompute the run's days with the batch lane. Otherwise: catch up with the source."""
         days = key_range(context) if partitioned else None
-        if (endpoint := served_runs.endpoint_for(spark, lake)) is not None:
-            step = (served_runs.request(served_runs.TABLE, lake, kafka, asset=main.asset_name, docs=docs,
-                                        checked=bool(checks)) if days is None else
-                    served_runs.request(served_runs.BACKFILL, lake, kafka, asset=main.asset_name,
-                                        days=[d.isoformat() for d in days], run_id=context.run_id, checked=bool(checks)))
-            return served_runs.result_from(served_runs.run_served(endpoint, step, context))
-        served_runs.note_local_spark(context)
+        if days is None:
+            parts = served_runs.on_endpoint(context, spark, lake, kafka, served_runs.TABLE, asset=main.asset_name,
+                                            docs=docs, checked=bool(checks))
+        else:
+            parts = served_runs.on_endpoint(context, spark, lake, kafka, served_runs.BACKFILL, asset=main.asset_name,
+                                            days=[d.isoformat() for d in days], run_id=context.run_id,
+                                            checked=bool(checks))
+        if parts is not None:
+            return served_runs.result_from(parts)
         if days is None:
             return catch_up_table(context, spark.session(), main, lake.flow_context(kafka), docs, bool(checks))
         return backfill_table(context, spark.session(), main, lake.flow_context(kafka), days, context.run_id, bool(checks))

@@ -1,12 +1,12 @@
 """Dagster runs whose flows run in `lakehouse serve`'s warm Spark session instead of a JVM of their own.
 
 A run's step that needs Spark (the catch_up op; a table asset that catches up, or backfills the days of
-its partitions) first asks whether an endpoint is up for its lake. If so it sends the step there: the
-endpoint runs the very same code in its session and streams back, as they happen, the step's log lines
-and the events it logs (materializations, observations, check evaluations), one JSON line each; the
-step replays them into its own context, so the run looks the same in the UI and in `lakehouse run`
-either way. Without an endpoint the step starts
-Spark itself, as before, and says so in its log: that costs a JVM and 10-40 s on a small machine.
+its partitions; an asset check that reads tables) first asks whether an endpoint is up for its lake. If
+so it sends the step there: the endpoint runs the very same code in its session and streams back, as
+they happen, the step's log lines and the events it logs (materializations, observations, check
+evaluations), one JSON line each; the step replays them into its own context, so the run looks the same
+in the UI and in `lakehouse run` either way. Without an endpoint the step starts Spark itself, as
+before, and says so in its log: that costs a JVM and 10-40 s on a small machine.
 
 A run the UI cancels stops waiting, but its flows finish on the endpoint: a catch-up ends on a commit.
 """
@@ -92,13 +92,20 @@ def run_served(endpoint: Endpoint, body: dict[str, Any], context) -> Any:
     raise EndpointError(f"lakehouse serve (pid {endpoint.pid}) stopped during this run; run it again")
 
 
-def served_check(context, spark: SparkResource, lake: LakeResource, kafka: KafkaResource, asset: str,
-                 name: str) -> dg.AssetCheckResult | None:
-    """An asset check computed on the endpoint; None, after saying so, when there is none and the step starts Spark."""
+def on_endpoint(context, spark: SparkResource, lake: LakeResource, kafka: KafkaResource, kind: str,
+                **more: Any) -> Any:
+    """A TABLE, BACKFILL or CHECK step's answer from the endpoint; None, after saying so, when none is up."""
     if (endpoint := endpoint_for(spark, lake)) is None:
         note_local_spark(context)
         return None
-    return _check_from(run_served(endpoint, request(CHECK, lake, kafka, asset=asset, check=name), context))
+    return run_served(endpoint, request(kind, lake, kafka, **more), context)
+
+
+def served_check(context, spark: SparkResource, lake: LakeResource, kafka: KafkaResource, asset: str,
+                 name: str) -> dg.AssetCheckResult | None:
+    """An asset check computed on the endpoint; None when there is none and the step starts Spark."""
+    parts = on_endpoint(context, spark, lake, kafka, CHECK, asset=asset, check=name)
+    return None if parts is None else _check_from(parts)
 
 
 def _replay_record(name: str, level: int, text: str) -> None:
@@ -209,7 +216,11 @@ def serve_step(spark, settings: Settings, body: dict[str, Any], emit: Callable[[
         if lake.root != settings.lake_root:
             raise EndpointError(f"this endpoint serves {settings.lake_root}, not {lake.root}")
         context = _Context(emit)
-        forward, batch_log = _Forward(emit), logging.getLogger("batch")   # backfill's per-table lines
+
+        def flow_of(asset: str):
+            [flow] = [f for f in flow_registry.build_flows(sources.SOURCES) if f.asset_name == asset]
+            return flow
+
         with _RUN_LOCK:
             if body["kind"] == CATCH_UP:
                 catch_up(context, CatchUpConfig(assets=body["assets"]), _WarmSpark(spark), kafka, lake, sources.SOURCES)
@@ -217,16 +228,16 @@ def serve_step(spark, settings: Settings, body: dict[str, Any], emit: Callable[[
             elif body["kind"] == CHECK:
                 asset, name = body["asset"], body["check"]
                 if name == VERIFY_CHECK:
-                    [flow] = [f for f in flow_registry.build_flows(sources.SOURCES) if f.asset_name == asset]
-                    check = verify_result(spark, flow, lake.flow_context(kafka))
+                    check = verify_result(spark, flow_of(asset), lake.flow_context(kafka))
                 else:
                     check = rule_result(spark, lake.root, rules(sources.SOURCES)[(asset, name)][1])
                 emit({"result": serialize_value(_check_parts(check))})
             else:
-                [flow] = [f for f in flow_registry.build_flows(sources.SOURCES) if f.asset_name == body["asset"]]
-                ctx = lake.flow_context(kafka)
+                flow, ctx = flow_of(body["asset"]), lake.flow_context(kafka)
                 if body["kind"] == BACKFILL:
                     first, last = (date.fromisoformat(day) for day in body["days"])
+                    # backfill's per-table lines, which move lakehouse backfill's progress bar
+                    forward, batch_log = _Forward(emit), logging.getLogger("batch")
                     batch_log.addHandler(forward)
                     try:
                         result = backfill_table(context, spark, flow, ctx, (first, last), body["run_id"],
