@@ -1,6 +1,6 @@
 """Bench: how fast bronze ingests a topic, against the barest Spark job and against reading the log raw.
 
-    .venv/bin/python -m bench.ingest [--events 400000] [--rounds 3] [--quick] [--record] [--no-record]
+    .venv/bin/python -m bench.ingest [--events 400000] [--rounds 3] [--profile] [--quick] [--record] [--no-record]
 
 Issue 9, item 5. The bench starts its own Kafka broker (KRaft, ports 19400/19401, state in a temporary
 folder, stopped by its PID at the end, also on error), creates the topics from their specs, and preloads
@@ -29,7 +29,11 @@ query listener also sums the queries' micro-batch time (Spark's triggerExecution
 spent outside the batches (starting the query, the runner's checkpoint and Delta-history reads). Peak memory per run: the Spark
 driver JVM's and the broker JVM's peak RSS (see bench/harness.py for how, per run), and for (c) the sum of
 the consumer processes' own peak RSS. It writes bench/results/ingest.json and appends a row to
-docs/benchmarks.md. --quick is a smoke run (20,000 events, one round after the warm-up) that records
+docs/benchmarks.md. --profile adds two sides in the same rotation, to say where (a)'s time over (b)'s goes:
+(p1) the bare job with includeHeaders and the headers column (bronze keeps them; silver reads the schema
+header), and (p2) bronze's own query started by streaming.runner.start_flow, everything bronze writes,
+without run_flow's reads before and after the query (the table's version, its history for the report);
+each is reported as a share of (a)'s time. --quick is a smoke run (20,000 events, one round after the warm-up) that records
 nothing unless --record is given. A figure, never a test.
 """
 
@@ -52,7 +56,10 @@ from bench.harness import say
 NAME = "ingest"
 TARGET = 0.95
 SIDES = ("bronze", "bare", "raw")
-LABELS = {"bronze": "(a) bronze flow", "bare": "(b) bare Spark Kafka->Delta", "raw": "(c) raw confluent-kafka"}
+LABELS = {"bronze": "(a) bronze flow", "bare": "(b) bare Spark Kafka->Delta", "raw": "(c) raw confluent-kafka",
+          "bare_headers": "(p1) bare + headers", "bronze_query": "(p2) bronze's query alone"}
+# --profile: the steps between (b) and (a), to say where bronze's extra time goes.
+PROFILE = ("bare_headers", "bronze_query")
 
 
 # ---------------------------------------------------------------- (c) raw consumers, one process per partition
@@ -136,12 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="with --quick: write the JSON and the docs row anyway")
     parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
     parser.add_argument("--seed", type=int, default=harness.SEED, help="generator seed (default 7, as lakehouse produce)")
+    parser.add_argument("--profile", action="store_true",
+                        help="two more sides between (b) and (a): (p1) the bare job also reading the records' headers; "
+                             "(p2) bronze's own query (streaming.runner.start_flow) without run_flow's reads before "
+                             "and after it")
     args = parser.parse_args(argv)
     if args.quick:
         args.events, args.rounds = min(args.events, 20_000), 1
     record = not args.no_record and (args.record or not args.quick)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    result = measure(args.events, args.rounds, args.seed)
+    result = measure(args.events, args.rounds, args.seed, profile=args.profile)
     result["command"] = harness.command_line("bench.ingest", argv)
     print("\n" + summary(result), flush=True)
     if record:
@@ -151,11 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def make_sides(spark, settings, broker, expected: Callable[[], int]) -> dict[str, Callable[[str], dict]]:
-    """The three sides, reading shop.orders.v1 whole; each checks it read expected() records."""
+def make_sides(spark, settings, broker, expected: Callable[[], int], *,
+               profile: bool = False) -> dict[str, Callable[[str], dict]]:
+    """The three sides (five with `profile`), reading shop.orders.v1 whole; each checks it read expected() records."""
     from schemas import topics
     from streaming.flows import BY_NAME
-    from streaming.runner import run_flow
+    from streaming.runner import run_flow, start_flow
 
     topic = topics.ORDERS
     flow = BY_NAME["bronze_orders"]
@@ -178,20 +190,11 @@ def make_sides(spark, settings, broker, expected: Callable[[], int]) -> dict[str
         return {"seconds": seconds, "in_batches_s": in_batches, "batches": run.batches,
                 "run_flow_duration_s": run.duration_s}
 
-    def bare(label: str) -> dict:
+    def timed_query(label: str, start: Callable[[Path], object]) -> dict:
         folder = runs_root / label
         mark = clock.mark()
         began = time.perf_counter()
-        query = (spark.readStream.format("kafka")
-                 .option("kafka.bootstrap.servers", broker.bootstrap)
-                 .option("subscribe", topic.name)
-                 .option("startingOffsets", "earliest")
-                 .load()
-                 .select("key", "value", "topic", "partition", "offset", "timestamp")
-                 .writeStream.format("delta").queryName("bench_bare")
-                 .option("checkpointLocation", str(folder / "checkpoint"))
-                 .trigger(availableNow=True)
-                 .start(str(folder / "table")))
+        query = start(folder)
         query.awaitTermination()
         seconds = time.perf_counter() - began
         in_batches = sum(clock.since(mark).values())
@@ -199,8 +202,32 @@ def make_sides(spark, settings, broker, expected: Callable[[], int]) -> dict[str
         batches = sum(1 for p in query.recentProgress if p.numInputRows > 0)
         shutil.rmtree(folder, ignore_errors=True)
         if rows != expected():
-            raise RuntimeError(f"the bare job read {rows} rows, not {expected()}")
+            raise RuntimeError(f"{label} read {rows} rows, not {expected()}")
         return {"seconds": seconds, "in_batches_s": in_batches, "batches": batches}
+
+    def bare_query(folder: Path, *, headers: bool = False):
+        reader = (spark.readStream.format("kafka")
+                  .option("kafka.bootstrap.servers", broker.bootstrap)
+                  .option("subscribe", topic.name)
+                  .option("startingOffsets", "earliest"))
+        if headers:
+            reader = reader.option("includeHeaders", "true")
+        return (reader.load()
+                .select("key", "value", *(["headers"] if headers else []), "topic", "partition", "offset", "timestamp")
+                .writeStream.format("delta").queryName("bench_bare")
+                .option("checkpointLocation", str(folder / "checkpoint"))
+                .trigger(availableNow=True)
+                .start(str(folder / "table")))
+
+    def bare(label: str) -> dict:
+        return timed_query(label, bare_query)
+
+    def bare_headers(label: str) -> dict:
+        return timed_query(label, lambda folder: bare_query(folder, headers=True))
+
+    def bronze_query(label: str) -> dict:
+        return timed_query(label, lambda folder: start_flow(
+            spark, flow, harness.project_context(settings, str(folder / "lake"))))
 
     def raw(label: str) -> dict:
         out = raw_read(broker.bootstrap, topic.name, topic.partitions)
@@ -208,10 +235,13 @@ def make_sides(spark, settings, broker, expected: Callable[[], int]) -> dict[str
             raise RuntimeError(f"the raw consumers read {out['records']} records, not {expected()}")
         return out
 
-    return {"bronze": bronze, "bare": bare, "raw": raw}
+    sides = {"bronze": bronze, "bare": bare, "raw": raw}
+    if profile:
+        sides |= {"bare_headers": bare_headers, "bronze_query": bronze_query}
+    return sides
 
 
-def measure(events: int, rounds: int, seed: int = harness.SEED) -> dict:
+def measure(events: int, rounds: int, seed: int = harness.SEED, *, profile: bool = False) -> dict:
     """Start a broker, preload `events` orders, alternate the three sides; the result as a dict."""
     from schemas import topics
 
@@ -222,7 +252,7 @@ def measure(events: int, rounds: int, seed: int = harness.SEED) -> dict:
     with harness.bench_home(NAME) as settings, harness.private_broker(settings) as broker:
         harness.send(harness.order_events(events, seed=seed), events, broker.bootstrap)
         with harness.spark_session(settings, NAME) as (spark, driver_pid):
-            sides = make_sides(spark, settings, broker, lambda: events)
+            sides = make_sides(spark, settings, broker, lambda: events, profile=profile)
             probes = [harness.PeakMemory("spark_driver", driver_pid), harness.PeakMemory("broker", broker.pid)]
             runs = harness.alternate(sides, rounds, probes=probes,
                                      describe=lambda name, run: f", {events / run['seconds']:,.0f} events/s")
@@ -233,9 +263,10 @@ def measure(events: int, rounds: int, seed: int = harness.SEED) -> dict:
 
 def summarize(runs: dict[str, list[dict]], *, events: int, rounds: int, topic, started_at, where: str,
               memory_method: dict) -> dict:
-    eps = {side: [events / r["seconds"] for r in runs[side]] for side in SIDES}
+    measured = [side for side in (*SIDES, *PROFILE) if side in runs]
+    eps = {side: [events / r["seconds"] for r in runs[side]] for side in measured}
     sides = {}
-    for side in SIDES:
+    for side in measured:
         peaks: dict[str, float] = {}
         for run in runs[side]:
             for name, value in run["peak_rss_mib"].items():
@@ -256,6 +287,10 @@ def summarize(runs: dict[str, list[dict]], *, events: int, rounds: int, topic, s
     ratio_ab = harness.median_ratio(eps["bronze"], eps["bare"])
     ratio_ac = harness.median_ratio(eps["bronze"], eps["raw"])
     raw_bytes = runs["raw"][0]["bytes"] if runs["raw"] else None
+    # Each profile side's time as a share of the bronze flow's, per round: where (a)'s extra time goes.
+    profile = {side: {"of_bronze_per_round": [round(b / x, 3) for x, b in zip(eps[side], eps["bronze"])],
+                      "median_of_bronze": round(harness.median_ratio(eps["bronze"], eps[side]), 3)}
+               for side in (*PROFILE, "bare") if side in runs and any(p in runs for p in PROFILE)}
     return {
         "bench": NAME,
         "date": started_at.isoformat(timespec="seconds"),
@@ -272,6 +307,7 @@ def summarize(runs: dict[str, list[dict]], *, events: int, rounds: int, topic, s
         "target": f"a/b >= {TARGET}",
         "target_met": ratio_ab >= TARGET,
         "peak_memory_method": memory_method,
+        **({"profile": profile} if profile else {}),
     }
 
 
@@ -279,7 +315,10 @@ def summary(result: dict) -> str:
     s = result["sides"]
     lines = [f"{s[k]['what']}: {s[k]['median_events_per_s']:,} events/s (median {s[k]['median_s']:.2f} s"
              + (f", {s[k]['median_in_batches_s']:.2f} s of it in micro-batches)" if s[k]["median_in_batches_s"]
-                is not None else ")") for k in SIDES]
+                is not None else ")") for k in (*SIDES, *PROFILE) if k in s]
+    for k, share in result.get("profile", {}).items():
+        lines.append(f"{s[k]['what']}: {share['median_of_bronze']} of the bronze flow's time "
+                     f"(rounds {share['of_bronze_per_round']})")
     lines.append(f"a/b {result['ratio_a_b']['median']} (rounds {result['ratio_a_b']['per_round']}), "
                  f"a/c {result['ratio_a_c']['median']} (rounds {result['ratio_a_c']['per_round']})")
     mem = s["bronze"]["max_peak_rss_mib"]
@@ -306,7 +345,8 @@ def docs_row(result: dict) -> str:
         f"{s['bronze']['median_in_batches_s']:.1f} s in micro-batches); peak RSS driver "
         f"{mem.get('spark_driver')} MiB, broker {mem.get('broker')} MiB",
         f"a/b {result['ratio_a_b']['median']}, a/c {result['ratio_a_c']['median']}; target a/b >= {TARGET} "
-        f"{harness.met(result['target_met'])}",
+        f"{harness.met(result['target_met'])}" + "".join(
+            f"; {s[k]['what']} {share['median_of_bronze']} of (a)'s time" for k, share in result.get("profile", {}).items()),
         f"{result['machine']}, {result['load_end']} at the end",
     )
 
