@@ -23,7 +23,7 @@ from pyspark.sql.types import BooleanType, StructField, StructType, TimestampTyp
 from schemas.tables import TableSpec
 from streaming.context import FlowContext
 from streaming.positions import BatchRecord, RecordsPositions, UserMetadata
-from streaming.sinks import dml_once
+from streaming.sinks import dml_once, merge_metrics
 from streaming.transforms.dimensions import LINEAGE, scd2_versions
 
 log = logging.getLogger(__name__)
@@ -42,10 +42,6 @@ class DimensionBatchStats:
     @property
     def rows_written(self) -> int:
         return self.versions_inserted + self.versions_closed
-
-
-def _version(spark: SparkSession, path: str) -> int:
-    return DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
 
 
 class DimensionWriter(RecordsPositions):
@@ -104,30 +100,27 @@ class DimensionWriter(RecordsPositions):
                 if self.ctx is not None and self.ctx.quality is not None:
                     self.ctx.quality.validate(self.table, versions, self.ctx.batch_scope(
                         self.table.name, batch_id, changes))
-                before = _version(spark, self.path)
-                self._merge(spark, target, versions, batch_id, self.batch_record(spark, batch_id))
-                after = _version(spark, self.path)
+                metrics = self._merge(spark, target, versions, batch_id, self.batch_record(spark, batch_id))
             finally:
                 versions.unpersist()
         finally:
             changes.unpersist()
-        if after == before:
+        if metrics is None:
             self.stats.skipped_batches += 1
             log.info("dimension %s: batch %d was already applied (app id %s); skipped", self.table.name, batch_id,
                      self.app_id)
             return
-        metrics = DeltaTable.forPath(spark, self.path).history(1).collect()[0]["operationMetrics"] or {}
-        self.stats.versions_inserted += int(metrics.get("numTargetRowsInserted", 0))
-        self.stats.versions_closed += int(metrics.get("numTargetRowsUpdated", 0))
+        self.stats.versions_inserted += int(metrics["num_inserted_rows"])
+        self.stats.versions_closed += int(metrics["num_updated_rows"])
 
     def _merge(self, spark: SparkSession, target: DeltaTable, versions: DataFrame, batch_id: int,
-               record: BatchRecord) -> None:
+               record: BatchRecord) -> dict[str, int] | None:
         key = self.key
         condition = f"t.`{key}` <=> s.`{key}` AND t.valid_from = s.valid_from AND t.event_id = s.event_id"
         changed = "NOT (t.valid_to <=> s.valid_to) OR NOT (t.is_current <=> s.is_current)"
         # The batch's one write, so its final one: it records where the batch's source stood (positions.py).
         with dml_once(spark, record.txn_app_id, batch_id), UserMetadata(spark, record.metadata(final=True)):
-            (
+            return merge_metrics(
                 target.alias("t")
                 .merge(versions.alias("s"), condition)
                 .whenMatchedUpdate(condition=changed, set={"valid_to": "s.valid_to", "is_current": "s.is_current"})

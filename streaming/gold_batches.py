@@ -38,7 +38,7 @@ from schemas.tables import LATE_ARRIVALS, TableSpec
 from streaming.context import BatchScope, FlowContext, QualityGate, iso_micros
 from streaming.lake_files import has_delta_log
 from streaming.positions import RecordsPositions, UserMetadata
-from streaming.sinks import append_once, dml_once, ensure_table
+from streaming.sinks import append_once, dml_once, ensure_table, merge_metrics
 from streaming.transforms.silver import to_late_arrivals
 
 log = logging.getLogger(__name__)
@@ -124,8 +124,10 @@ class Step:
         merge = merge.whenNotMatchedInsert(
             condition=f"NOT s.`{delete_flag}`" if delete_flag else None, values=values)
         with dml_once(self.spark, self.app_id, self.batch_id), UserMetadata(self.spark, self.user_metadata):
-            merge.execute()
-        return _merged_rows(self.spark, path)
+            metrics = merge_metrics(merge.execute())
+        if metrics is None:
+            return 0  # the batch had been merged before a crash: Delta skipped it
+        return sum(int(metrics[k]) for k in ("num_inserted_rows", "num_updated_rows", "num_deleted_rows"))
 
     def update(self, condition: str, set: Mapping[str, str]) -> None:
         """UPDATE the target where `condition` holds, once per (flow, batch)."""
@@ -159,14 +161,6 @@ def quality_of(ctx: FlowContext | None, flow: str, batch_id: int, batch: DataFra
     if ctx is None or ctx.quality is None:
         return {}
     return {"quality": ctx.quality, "scope": ctx.batch_scope(flow, batch_id, batch)}
-
-
-def _merged_rows(spark: SparkSession, path: str) -> int:
-    last = DeltaTable.forPath(spark, path).history(1).select("operation", "operationMetrics").first()
-    if last["operation"] != "MERGE":
-        return 0  # the batch had been merged before a crash: Delta skipped it
-    m = last["operationMetrics"] or {}
-    return sum(int(m.get(k, 0)) for k in ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted"))
 
 
 StepFunction = Callable[[DataFrame, Step], int]

@@ -75,3 +75,12 @@ def save_racing_creation(save: Callable[[], None], attempts: int = 3) -> None:
         except Exception as exc:  # noqa: BLE001 - re-raised unless it is the creation race
             if attempt == attempts or not any(marker in str(exc) for marker in _CREATION_RACE):
                 raise
+
+
+def merge_metrics(result: DataFrame | None) -> dict[str, int] | None:
+    """What a MERGE's execute() returned: its row counts, or None when Delta skipped it (its txn had committed).
+
+    The MERGE returns them itself; reading the table's history afterwards for them costs 0.4-0.9 s a batch.
+    """
+    rows = result.collect() if result is not None else []
+    return rows[0].asDict() if rows else None
