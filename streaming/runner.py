@@ -285,9 +285,8 @@ def commits_after(spark: SparkSession, path: str, after_version: int | None, *, 
     while True:
         rows = (table.history(limit).select("version", "operation", "operationMetrics", "operationParameters")
                 .collect())
-        oldest = min(row["version"] for row in rows)
-        if len(rows) < limit or after_version is None and oldest == 0 or (
-                after_version is not None and oldest <= after_version + 1):
+        oldest = min((row["version"] for row in rows), default=0)
+        if len(rows) < limit or oldest <= (0 if after_version is None else after_version + 1):
             break
         limit *= 4
     return sorted((Commit(row["version"], row["operation"], dict(row["operationMetrics"] or {}),

@@ -77,10 +77,10 @@ def save_racing_creation(save: Callable[[], None], attempts: int = 3) -> None:
                 raise
 
 
-def merge_metrics(result: DataFrame | None) -> dict[str, int] | None:
+def merge_metrics(result: DataFrame) -> dict[str, int] | None:
     """What a MERGE's execute() returned: its row counts, or None when Delta skipped it (its txn had committed).
 
     The MERGE returns them itself; reading the table's history afterwards for them costs 0.4-0.9 s a batch.
     """
-    rows = result.collect() if result is not None else []
+    rows = result.collect()
     return rows[0].asDict() if rows else None
