@@ -29,6 +29,7 @@ from infra.retention import (
 )
 from schemas.tables import TableSpec
 from schemas.topics import TopicSpec
+from streaming.delta_log import commits_after, table_version
 from streaming.lake_files import has_delta_log
 
 log = logging.getLogger(__name__)
@@ -59,10 +60,6 @@ def table_properties(spark: SparkSession, path: str) -> dict[str, str] | None:
     if not has_delta_log(spark, path):
         return None
     return dict(DeltaTable.forPath(spark, path).detail().select("properties").first()["properties"] or {})
-
-
-def _version(spark: SparkSession, path: str) -> int:
-    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()["version"])
 
 
 def rewritten_in_place(spark: SparkSession, path: str, lookback: int = HISTORY_LOOKBACK) -> bool:
@@ -157,7 +154,7 @@ def compact_table(spark: SparkSession, spec: TableSpec, lake_root: str, *, busy:
     result.files_removed = int(metrics["numFilesRemoved"] or 0)
     result.files_added = int(metrics["numFilesAdded"] or 0)
     if result.files_removed or result.files_added:
-        result.version = _version(spark, path)
+        result.version = table_version(spark, path)
     else:
         result.reason = "nothing to compact"
     log.info("compacted %s: %d files (%d bytes) -> %d files (%d bytes) in %.1fs", spec.name, before.files,
@@ -190,15 +187,12 @@ class Vacuum:
 
 def _vacuum_metrics(spark: SparkSession, path: str, after_version: int) -> tuple[int, int]:
     """Files and bytes deleted, from the VACUUM START and VACUUM END commits after `after_version`."""
-    history = DeltaTable.forPath(spark, path).history()
-    rows = history.where(history.version > after_version).select("operation", "operationMetrics").collect()
     files = size = 0
-    for r in rows:
-        metrics = r["operationMetrics"] or {}
-        if r["operation"] == "VACUUM START":
-            size += int(metrics.get("sizeOfDataToDelete", 0))
-        elif r["operation"] == "VACUUM END":
-            files += int(metrics.get("numDeletedFiles", 0))
+    for commit in commits_after(spark, path, after_version):
+        if commit.operation == "VACUUM START":
+            size += int(commit.metrics.get("sizeOfDataToDelete", 0))
+        elif commit.operation == "VACUUM END":
+            files += int(commit.metrics.get("numDeletedFiles", 0))
     return files, size
 
 
@@ -220,7 +214,7 @@ def vacuum_table(spark: SparkSession, spec: TableSpec, lake_root: str, *, window
     if (blocker := vacuum_blocker(spec.name, properties, window_ms)) is not None:
         result.reason = blocker
         return result
-    before = _version(spark, path)
+    before = table_version(spark, path)
     started = time.monotonic()
     try:
         DeltaTable.forPath(spark, path).vacuum()

@@ -4,7 +4,6 @@ import warnings
 from datetime import date
 
 import dagster as dg
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -318,7 +317,7 @@ def _side_table_metadata(spark, table: TableSpec, lake_root: str) -> dict[str, o
     return {
         "dagster/row_count": sum(counts.values()),
         f"by_{'_'.join(by)}": dg.MetadataValue.json(counts),
-        "delta_version": DeltaTable.forPath(spark, path).history(1).collect()[0]["version"],
+        "delta_version": table_version(spark, path),
         "path": dg.MetadataValue.path(path),
     }
 

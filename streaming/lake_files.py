@@ -37,4 +37,12 @@ def has_delta_log(spark: SparkSession, path: str) -> bool:
     Unlike DeltaTable.isDeltaTable, which answers from a DeltaLog the session caches without updating it,
     so that a long-lived session keeps saying no for a table created after it first looked.
     """
-    return any(DELTA_LOG_VERSION_FILE.match(child.rsplit("/", 1)[-1]) for child in children(spark, path.rstrip("/") + "/_delta_log"))
+    fs, log_dir = hadoop_fs(spark, path.rstrip("/") + "/_delta_log")
+    if not fs.exists(log_dir):
+        return False
+    # Stop at the first version file: each entry crosses to the JVM on its own (2,000 of them cost 0.4-0.5 s).
+    entries = fs.listStatusIterator(log_dir)
+    while entries.hasNext():
+        if DELTA_LOG_VERSION_FILE.match(entries.next().getPath().getName()):
+            return True
+    return False

@@ -59,6 +59,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from streaming.delta_log import table_id
 from streaming.lake_files import hadoop_fs, has_delta_log
 
 if TYPE_CHECKING:
@@ -508,13 +509,6 @@ def rebuild_checkpoint(spark: SparkSession, checkpoint: str, found: Recorded) ->
 
 
 # ---------------------------------------------------------------- what the writers record
-
-def table_id(spark: SparkSession, path: str) -> str | None:
-    """Delta's id of the table at `path` (what its streaming offsets call reservoirId)."""
-    if not has_delta_log(spark, path):
-        return None
-    return DeltaTable.forPath(spark, path).detail().select("id").first()[0]
-
 
 @dataclass
 class StreamBinding:

@@ -10,13 +10,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from schemas.tables import TableSpec
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext
+from streaming.delta_log import Commit, commits_after, table_version
 from streaming.flows import Flow
 from streaming.kafka_topics import KafkaUnreachable, admin_client
 from streaming.lake_files import children, has_delta_log
@@ -32,9 +32,6 @@ from streaming.sources import read_delta_stream, read_kafka_stream, stream_path
 log = logging.getLogger(__name__)
 
 # Delta history's metric for rows a commit wrote, per operation.
-_WRITTEN = {"STREAMING UPDATE": ("numOutputRows",), "MERGE": ("numTargetRowsInserted", "numTargetRowsUpdated")}
-
-
 @dataclass
 class FlowRun:
     """What one catch-up run of a flow did."""
@@ -248,53 +245,6 @@ def _check_sources(spark: SparkSession, flow: Flow, ctx: FlowContext, found: Rec
                     f"replaced by another table since; replay {flow.target.name} (lakehouse replay {flow.target.name}).")
 
 
-def table_version(spark: SparkSession, path: str) -> int | None:
-    if not has_delta_log(spark, path):
-        return None
-    return DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
-
-
-@dataclass(frozen=True)
-class Commit:
-    """One entry of a table's Delta history: what a run reports of its own commits."""
-
-    version: int
-    operation: str
-    metrics: dict[str, str]
-    parameters: dict[str, str]
-
-    @property
-    def rows(self) -> int:
-        """Rows the commit wrote (appended, or inserted and updated by a MERGE)."""
-        return sum(int(self.metrics.get(name, 0)) for name in _WRITTEN.get(self.operation, ()))
-
-
-def commits_after(spark: SparkSession, path: str, after_version: int | None, *, expect: int = 8) -> list[Commit]:
-    """The table's commits after `after_version`, oldest first, read from the newest back ([]: no table, none since).
-
-    One read of the history's newest entries instead of a whole history() (whose cost grows with the
-    table's age, a stream commits every few seconds) and instead of one read per question about the run
-    (its version, its commits, its rows): each read costs 0.4-0.9 s on 2 cores. `expect` is how many
-    commits the caller thinks there are; if the newest that many do not reach back to `after_version`
-    (other writers committed too), it reads further back.
-    """
-    if not has_delta_log(spark, path):
-        return []
-    table = DeltaTable.forPath(spark, path)
-    limit = max(expect, 1)
-    while True:
-        rows = (table.history(limit).select("version", "operation", "operationMetrics", "operationParameters")
-                .collect())
-        oldest = min((row["version"] for row in rows), default=0)
-        if len(rows) < limit or oldest <= (0 if after_version is None else after_version + 1):
-            break
-        limit *= 4
-    return sorted((Commit(row["version"], row["operation"], dict(row["operationMetrics"] or {}),
-                          dict(row["operationParameters"] or {}))
-                   for row in rows if after_version is None or row["version"] > after_version),
-                  key=lambda c: c.version)
-
-
 def rows_written(commits: list[Commit], query_id: str | None = None) -> int:
     """Rows the commits wrote; with `query_id`, only that streaming query's appends count (several may append to one table)."""
     return sum(c.rows for c in commits
@@ -389,8 +339,7 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     run.input_rows = sum(int(p.numInputRows) for p in progress)
     run.kafka_offsets = _kafka_ranges(progress)
     run.progress = [progress_row(p, "catch-up") for p in progress if p.numInputRows > 0]
-    # Every batch commits at most its writes plus a watermark or state commit; others may have committed too.
-    commits = commits_after(spark, path, before, expect=2 * len(progress) + 2)
+    commits = commits_after(spark, path, before)
     run.delta_version = commits[-1].version if commits else before
     run.commits = describe_commits(commits)
     if isinstance(getattr(writer, "stats", None), SilverBatchStats):

@@ -27,7 +27,6 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from delta.tables import DeltaTable
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -35,6 +34,7 @@ from pyspark.sql import functions as F
 from schemas.events import EventSchema
 from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
 from streaming.context import FlowContext, iso_micros
+from streaming.delta_log import last_commit
 from streaming.lake_files import has_delta_log
 from streaming.positions import RecordsPositions, parse_metadata
 from streaming.sinks import append_once
@@ -95,7 +95,7 @@ class SilverWriter(RecordsPositions):
             return
         self._seen_micros = (spark.read.format("delta").load(self.silver_path)
                              .agg(F.max(F.unix_micros(self.schema.event_time))).first()[0])
-        last = parse_metadata(DeltaTable.forPath(spark, self.silver_path).history(1).first()["userMetadata"])
+        last = parse_metadata(last_commit(spark, self.silver_path).user_metadata)
         held = last is not None and last.get("flow") == self.flow and last.get("held")
         self._max_micros = last.get("held_max_micros") if held else self._seen_micros
 

@@ -1,0 +1,101 @@
+"""A Delta table's newest version and its recent commits, read from the commit files of its log.
+
+`DeltaTable.history(n)` updates the table's snapshot and then runs a Spark job whose tasks read the
+commit files: 0.2-0.9 s on 2 cores, for each question a run asks before and after its query. A run only
+needs the newest version (the snapshot update alone gives it) and the few commits it made, each in its
+commit file `_delta_log/<version>.json` as the `commitInfo` action the Delta protocol defines. Read
+through Hadoop's FileSystem, that takes milliseconds and works alike on a local folder and an object store.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import SparkSession
+
+from streaming.lake_files import hadoop_fs, has_delta_log
+
+# What a commit wrote, by operation: a Delta sink's appends, or the rows a MERGE inserted and updated.
+_WRITTEN = {"STREAMING UPDATE": ("numOutputRows",), "MERGE": ("numTargetRowsInserted", "numTargetRowsUpdated")}
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit of a table, as its `commitInfo` records it: what a run reports of its own commits."""
+
+    version: int
+    operation: str
+    metrics: dict[str, str]
+    parameters: dict[str, str]
+    user_metadata: str | None = None
+
+    @property
+    def rows(self) -> int:
+        """Rows the commit wrote (appended, or inserted and updated by a MERGE)."""
+        return sum(int(self.metrics.get(name, 0)) for name in _WRITTEN.get(self.operation, ()))
+
+
+def _snapshot(spark: SparkSession, path: str):
+    """Delta's snapshot of the table brought up to date: a listing of its log, no Spark job (history and detail run one)."""
+    none = spark._jvm.scala.Option.empty()
+    return spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).update(False, none, none)
+
+
+def table_version(spark: SparkSession, path: str) -> int | None:
+    """The table's newest version (None when there is no table)."""
+    return int(_snapshot(spark, path).version()) if has_delta_log(spark, path) else None
+
+
+def table_id(spark: SparkSession, path: str) -> str | None:
+    """Delta's id of the table at `path` (what its streaming offsets call reservoirId); None when there is no table."""
+    return str(_snapshot(spark, path).metadata().id()) if has_delta_log(spark, path) else None
+
+
+def _read_commit(spark: SparkSession, path: str, version: int) -> Commit | None:
+    """The commit's `commitInfo` (None when its file is gone: log cleanup removes the oldest)."""
+    jvm = spark._jvm
+    fs, file = hadoop_fs(spark, f"{path.rstrip('/')}/_delta_log/{version:020d}.json")
+    try:
+        stream = fs.open(file)
+    except Py4JJavaError as exc:
+        if "FileNotFoundException" in exc.java_exception.getClass().getName():
+            return None
+        raise
+    reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(stream, "UTF-8"))
+    info: dict = {}
+    try:
+        # One action per line; Delta writes commitInfo first, so this seldom reads past the first line.
+        while (line := reader.readLine()) is not None:
+            if '"commitInfo"' in line[:20]:
+                info = json.loads(line)["commitInfo"]
+                break
+    finally:
+        reader.close()
+    return Commit(version, info.get("operation", ""), dict(info.get("operationMetrics") or {}),
+                  dict(info.get("operationParameters") or {}), info.get("userMetadata"))
+
+
+def commits_after(spark: SparkSession, path: str, after_version: int | None) -> list[Commit]:
+    """The table's commits after `after_version` (all with None), oldest first; [] when there is no table.
+
+    Versions are contiguous, so the commits after a known version are read one by one up to the first
+    missing file, with no listing of the log (which grows with every commit).
+    """
+    if after_version is None:
+        newest = table_version(spark, path)
+        if newest is None:
+            return []
+        read = (_read_commit(spark, path, v) for v in range(newest + 1))
+        return [c for c in read if c is not None]
+    commits = []
+    while (commit := _read_commit(spark, path, after_version + 1 + len(commits))) is not None:
+        commits.append(commit)
+    return commits
+
+
+def last_commit(spark: SparkSession, path: str) -> Commit | None:
+    """The table's newest commit (None when there is no table)."""
+    newest = table_version(spark, path)
+    return None if newest is None else _read_commit(spark, path, newest)
