@@ -31,7 +31,7 @@ from streaming.sources import read_delta_stream, read_kafka_stream, stream_path
 
 log = logging.getLogger(__name__)
 
-# Delta history's metric for rows a commit wrote, per operation.
+
 @dataclass
 class FlowRun:
     """What one catch-up run of a flow did."""
