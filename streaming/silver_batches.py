@@ -11,9 +11,9 @@ batch every record goes to exactly one place:
 - silver: the rest.
 
 Spark's own `dropDuplicatesWithinWatermark` drops the late rows with only a counter, which is why this
-step keeps its own watermark. It is derived from silver itself (max event time at start, then from each
-batch it writes), and silver is written last in each batch, so a batch replayed after a crash sees the
-watermark it saw the first time. A batch that ends inside a source commit (a byte cap splits a commit's
+step keeps its own watermark. It is derived from silver itself (max event time at start, read from
+silver's newest commit when this writer made it, then from each batch it writes), and silver is
+written last in each batch, so a batch replayed after a crash sees the watermark it saw the first time. A batch that ends inside a source commit (a byte cap splits a commit's
 files, which Delta reads in file order, not event time order) holds the watermark where it was, and its
 silver commit says so (`held`, `held_max_micros`); the watermark moves on at the next commit boundary. So a cap
 changes the batches, not which events are late. Each table is appended with Delta's (txnAppId, txnVersion), so a
@@ -86,6 +86,10 @@ class SilverWriter(RecordsPositions):
     def _start(self, spark: SparkSession) -> None:
         """Where the watermark stood when this query started: silver's newest event time, or the one held.
 
+        Each silver append records silver's newest event time after it (`seen_max_micros`); when that
+        append is still the table's newest commit, the number is taken from there instead of from a
+        scan of the whole table, whose cost grows with it.
+
         A batch that ended inside a source commit held the watermark (`BatchRecord.ends_inside_a_commit`)
         and its silver commit says at what (`held`, and `held_max_micros` unless it had none yet): a query
         restarted there holds it too.
@@ -93,11 +97,16 @@ class SilverWriter(RecordsPositions):
         self._max_micros = self._seen_micros = None
         if not has_delta_log(spark, self.silver_path):
             return
-        self._seen_micros = (spark.read.format("delta").load(self.silver_path)
-                             .agg(F.max(F.unix_micros(self.schema.event_time))).first()[0])
         last = parse_metadata(last_commit(spark, self.silver_path).user_metadata)
-        held = last is not None and last.get("flow") == self.flow and last.get("held")
-        self._max_micros = last.get("held_max_micros") if held else self._seen_micros
+        mine = last is not None and last.get("flow") == self.flow
+        if mine and isinstance(last.get("seen_max_micros"), int):
+            # This writer's own append is the newest commit, so nothing has changed silver since it counted.
+            self._seen_micros = last["seen_max_micros"]
+        else:
+            # Anything else wrote last (a backfill, a replay's swap, OPTIMIZE, a user's DELETE): read silver.
+            self._seen_micros = (spark.read.format("delta").load(self.silver_path)
+                                 .agg(F.max(F.unix_micros(self.schema.event_time))).first()[0])
+        self._max_micros = last.get("held_max_micros") if mine and last.get("held") else self._seen_micros
 
     def __call__(self, parsed: DataFrame, batch_id: int) -> None:
         spark = parsed.sparkSession
@@ -150,8 +159,10 @@ class SilverWriter(RecordsPositions):
             if n_new:
                 # Written last: see the module docstring for why the order matters.
                 held = {"held": True, "held_max_micros": max_micros} if hold else {}
+                seen = new_max if self._seen_micros is None else max(self._seen_micros, new_max)
                 append_once(fresh, self.silver_path, app_id=txn, batch_id=batch_id,
-                            partition_by=self.silver.partition_by, user_metadata=batch.metadata(final=True, **held))
+                            partition_by=self.silver.partition_by,
+                            user_metadata=batch.metadata(final=True, seen_max_micros=seen, **held))
         finally:
             if fresh is not None:
                 fresh.unpersist()

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from schemas import tables, topics
 from streaming.context import FlowContext
 from streaming.flows import BY_NAME
-from streaming.generator import Mix, generate
+from streaming.generator import Mix, generate, iso
 from streaming.lake_files import has_delta_log
 from streaming.kafka_topics import ensure_topics
 from streaming.producer import produce
@@ -238,6 +238,45 @@ def test_capped_catch_up_takes_a_backlog_in_bounded_batches_and_loses_nothing(sp
         want[(minute, r.event["currency"])][1] += 1
     rows = spark.read.format("delta").load(tables.GOLD_REVENUE_PER_MINUTE.path(full.lake_root)).collect()
     assert {(r["window_start"], r["currency"]): [r["revenue_cents"], r["orders"]] for r in rows} == dict(want)
+
+
+def test_silver_resumes_its_watermark_from_its_own_commit_and_reads_silver_when_another_wrote_last(
+        spark, broker, produced, tmp_path):
+    """Silver's newest commit records its newest event time; a commit by anything else makes the next run read silver."""
+    records, report = produced
+    ctx = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=broker.kafka_bootstrap,
+                      silver_dedup_watermark="1 minute")
+    run_flow(spark, BY_NAME["bronze_orders"], ctx)
+    run_flow(spark, BY_NAME["silver_orders"], ctx)
+    newest = max(occurred(r) for r in records if r.kind == "valid" and r.topic == topics.ORDERS.name)
+    assert last_record(spark, tables.SILVER_ORDERS, ctx)["seen_max_micros"] == micros(newest)
+
+    # Another writer (here a plain append, as a backfill or a user's INSERT would be) adds an event ten
+    # minutes newer: silver's newest commit is no longer the flow's, so its record must not be trusted.
+    silver_path = tables.SILVER_ORDERS.path(ctx.lake_root)
+    silver = spark.read.format("delta").load(silver_path)
+    (silver.limit(1).withColumn("event_id", F.lit("written-by-another"))
+     .withColumn("occurred_at", F.lit(newest + timedelta(minutes=10)))
+     .write.format("delta").mode("append").save(silver_path))
+    # Then one more order reaches bronze, as old as the newest before: on time by the flow's own record,
+    # late by what silver now holds (ten minutes newer, less the one-minute watermark).
+    bronze_path = tables.BRONZE_ORDERS.path(ctx.lake_root)
+    bronze = spark.read.format("delta").load(bronze_path)
+    template = next(r for r in records if r.kind == "valid" and r.topic == topics.ORDERS.name)
+    one_more = dataclasses.replace(template, event={**template.event, "event_id": "one-more-order",
+                                                    "occurred_at": iso(newest)})
+    (bronze.limit(1).withColumn("value", F.lit(one_more.encode(newest)))
+     .withColumn("offset", F.lit(10**9).cast("long")).write.format("delta").mode("append").save(bronze_path))
+
+    run_flow(spark, BY_NAME["silver_orders"], ctx)
+    went = {spec.name for spec in (tables.SILVER_ORDERS, tables.QUARANTINE, tables.LATE_ARRIVALS)
+            if has_delta_log(spark, spec.path(ctx.lake_root))
+            and spark.read.format("delta").load(spec.path(ctx.lake_root)).where(F.col("offset") == 10**9).count()}
+    assert went == {"late_arrivals"}, "the run took its watermark from a record another writer had made stale"
+
+
+def micros(moment: datetime) -> int:
+    return (moment - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
 
 
 def input_files(spark, spec, ctx, version=None) -> list[str]:
