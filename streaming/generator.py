@@ -192,6 +192,7 @@ class ShopGenerator:
         self.seeded_at = _ms(self.start - SEED_LEAD)
         # List price history per product: (valid from, price), in time order, for pricing backdated orders.
         self._price_history = {p: [(self.seeded_at, a["list_price_cents"])] for p, a in self.catalog.items()}
+        self._price_times = {p: [self.seeded_at] for p in self.catalog}   # the histories' times, for bisect
         self.product_versions: dict[str, list[dict[str, Any]]] = {p: [] for p in self.products}
         self.customer_versions: dict[str, list[dict[str, Any]]] = {c: [] for c in self.customers}
         self.payment_plans: dict[str, PaymentPlan] = {}
@@ -211,7 +212,8 @@ class ShopGenerator:
     def list_price_at(self, product: str, at: datetime) -> int:
         """The product's list price in force at `at` (the version with the latest valid_from <= at)."""
         history = self._price_history[product]
-        i = bisect.bisect_right([t for t, _ in history], at) - 1
+        # Not a list of the times built per call: histories grow all run, and orders ask for every line.
+        i = bisect.bisect_right(self._price_times[product], at) - 1
         if i < 0:
             raise ValueError(f"{product} has no list price before {iso(at)}")
         return history[i][1]
@@ -244,6 +246,7 @@ class ShopGenerator:
                 new += 1
             self.catalog[product] = {**self.catalog[product], "list_price_cents": new}
             self._price_history[product].append((clock, new))
+            self._price_times[product].append(clock)
             return self._product_record(index, product, clock)
         customer = self.rng.choice(self.customers)
         tier = self.rng.choice([t for t in TIERS if t != self.profiles[customer]["tier"]])
