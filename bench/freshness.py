@@ -280,6 +280,7 @@ class Producer(threading.Thread):
         self.sent = self.delivered = self.failed = self.live = 0
         self.errors: list[str] = []
         self.per_second: collections.Counter = collections.Counter()   # (second, topic, kind) -> records
+        self._counting = threading.Lock()          # the sender thread adds while the main thread reads
         self.behind_max = 0                      # most records the pacing was ever behind
         self.exc: BaseException | None = None
 
@@ -340,7 +341,8 @@ class Producer(threading.Thread):
                         break
                     except BufferError:
                         producer.poll(0.05)
-                self.per_second[(second, topic, kind)] += 1
+                with self._counting:
+                    self.per_second[(second, topic, kind)] += 1
                 i += 1
                 self.sent = i
             producer.poll(0)
@@ -352,14 +354,18 @@ class Producer(threading.Thread):
     def sent_between(self, start: float, end: float) -> dict[str, dict[str, int]]:
         """Records sent in [start, end) (whole seconds), by topic and kind."""
         out: dict[str, dict[str, int]] = collections.defaultdict(lambda: collections.defaultdict(int))
-        for (second, topic, kind), n in list(self.per_second.items()):
+        for (second, topic, kind), n in self._counts():
             if start <= second < end:
                 out[topic][kind] += n
         return {t: dict(k) for t, k in out.items()}
 
     def rate_between(self, start: float, end: float) -> float:
-        n = sum(n for (second, _t, _k), n in list(self.per_second.items()) if start <= second < end)
+        n = sum(n for (second, _t, _k), n in self._counts() if start <= second < end)
         return n / max(1.0, end - start)
+
+    def _counts(self) -> list[tuple[tuple[int, str, str], int]]:
+        with self._counting:
+            return list(self.per_second.items())
 
 
 # ---------------------------------------------------------------- reading the lake from its files
