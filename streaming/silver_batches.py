@@ -13,7 +13,8 @@ batch every record goes to exactly one place:
 Spark's own `dropDuplicatesWithinWatermark` drops the late rows with only a counter, which is why this
 step keeps its own watermark. It is derived from silver itself (max event time at start, read from
 silver's newest commit when this writer made it, then from each batch it writes), and silver is
-written last in each batch, so a batch replayed after a crash sees the watermark it saw the first time. A batch that ends inside a source commit (a byte cap splits a commit's
+written last in each batch, so a batch replayed after a crash sees the watermark it saw the first
+time. A batch that ends inside a source commit (a byte cap splits a commit's
 files, which Delta reads in file order, not event time order) holds the watermark where it was, and its
 silver commit says so (`held`, `held_max_micros`); the watermark moves on at the next commit boundary. So a cap
 changes the batches, not which events are late. Each table is appended with Delta's (txnAppId, txnVersion), so a
@@ -140,6 +141,9 @@ class SilverWriter(RecordsPositions):
                     fresh = self._not_in_silver(spark, fresh, watermark)
                 fresh = fresh.persist(StorageLevel.MEMORY_AND_DISK)
                 n_new, new_max = fresh.agg(F.count(F.lit(1)), F.max(F.unix_micros(event_time))).first()
+            # Silver's newest event time once this batch is in: recorded with its append, kept after it.
+            seen = self._seen_micros if new_max is None else (
+                new_max if self._seen_micros is None else max(self._seen_micros, new_max))
             if gate is not None:
                 # Before any write: a fail-severity breach must leave nothing of this batch behind.
                 gate.validate(self.silver, fresh if fresh is not None else valid.where(F.lit(False)),
@@ -159,7 +163,6 @@ class SilverWriter(RecordsPositions):
             if n_new:
                 # Written last: see the module docstring for why the order matters.
                 held = {"held": True, "held_max_micros": max_micros} if hold else {}
-                seen = new_max if self._seen_micros is None else max(self._seen_micros, new_max)
                 append_once(fresh, self.silver_path, app_id=txn, batch_id=batch_id,
                             partition_by=self.silver.partition_by,
                             user_metadata=batch.metadata(final=True, seen_max_micros=seen, **held))
@@ -168,8 +171,7 @@ class SilverWriter(RecordsPositions):
                 fresh.unpersist()
             parsed.unpersist()
 
-        if new_max is not None:
-            self._seen_micros = new_max if self._seen_micros is None else max(self._seen_micros, new_max)
+        self._seen_micros = seen
         if not hold:
             self._max_micros = self._seen_micros
         rows = n_quarantined + n_late + n_valid
