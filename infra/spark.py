@@ -33,9 +33,15 @@ def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str
         # Queries share the session (a stream's every flow, a catch-up's concurrent flows): each flow's jobs
         # go to a pool of its own, so a small flow's jobs are not queued behind a big flow's.
         "spark.scheduler.mode": "FAIR",
-        # Delta rebuilds a table's snapshot with 50 tasks by default: seconds of overhead per read
-        # on a small machine. Scale it with the shuffle setting instead.
-        "spark.databricks.delta.snapshotPartitions": str(settings.spark_shuffle_partitions),
+        # Delta rebuilds a table's state (to look up an idempotent write's txn version, or the files a
+        # MERGE reads) after every commit. Its default of 50 tasks cost 1.7 s per small append here, 4
+        # tasks 0.57 s, one task 0.33 s (docs/performance.md). The logs here are small; a cluster with
+        # tables of very many files can raise it through LAKEHOUSE_SPARK_CONF.
+        "spark.databricks.delta.snapshotPartitions": "1",
+        # Every flow's queries, Delta's own and the quality checks compile their own classes; with 22
+        # flows in one session Spark's cache of 100 evicted them between micro-batches, and each small
+        # silver batch compiled about 80 classes again (6 with room for them).
+        "spark.sql.codegen.cache.maxEntries": "2000",
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.ui.enabled": str(settings.spark_ui).lower(),
         "spark.ui.showConsoleProgress": "false",
