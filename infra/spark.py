@@ -42,6 +42,11 @@ def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str
         # flows in one session Spark's cache of 100 evicted them between micro-batches, and each small
         # silver batch compiled about 80 classes again (6 with room for them).
         "spark.sql.codegen.cache.maxEntries": "2000",
+        # A checkpoint of a table's log every 10 commits (Delta's default) costs a Spark job each time: a
+        # small append with a txn id took 0.43 s on average here (p90 0.73 s), 0.39 s (p90 0.45 s) with one
+        # every 50; the state rebuilt after a commit then reads up to 49 small commit files instead of 9.
+        # Set when a table is created.
+        "spark.databricks.delta.properties.defaults.checkpointInterval": "50",
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.ui.enabled": str(settings.spark_ui).lower(),
         "spark.ui.showConsoleProgress": "false",
