@@ -1,7 +1,7 @@
 """Bench: how fresh `lakehouse stream` keeps silver and gold at a fixed production rate (send -> visible delay).
 
     .venv/bin/python -m bench.freshness [--rates 1000,5000,20000] [--minutes 3] [--warm-up 30] [--quick]
-                                        [--tables TABLE ...] [--record] [--no-record] [--keep]
+                                        [--tables TABLE ... | --floor] [--record] [--no-record] [--keep]
 
 Issue 9, item 5. For each rate (events per second), in a fresh temporary folder:
 
@@ -57,6 +57,15 @@ Figures, per rate, over the events sent in the window:
 - peak RSS of the stream's Spark driver JVM and of the broker over the whole run (bench.harness.PeakMemory:
   VmHWM reset at the start), the CPU seconds each used in the window, and the machine's load and busy share.
 
+The floor (--floor): instead of `lakehouse stream`, bench.bare_stream, the barest continuous Spark job that
+does the first hop's work: one query subscribed to every shop topic, Kafka straight into one Delta table
+(key, value, topic, partition, offset, timestamp; no parse, no headers), the same trigger and Spark
+settings, fed the same paced events. Its figure is send -> visible in that table, over every record sent in
+the window (the send stamp is read from the record's bytes; a truncated record has none and is placed in
+the window by its broker time), with the same warm-up, drain and kept-up rule (lag from the topics' end
+offsets minus the table's rows). Send -> silver can be no better than this on the machine: it is the
+yardstick for target 3, recorded as the scope "floor".
+
 Targets: p99 send -> silver <= 3 s at 5,000 events/s on 2 cores; p99 send -> gold <= 5 s (at 5,000 events/s).
 It writes bench/results/freshness.json (figures per table scope: a run with --tables keeps the other scope's
 figures) and appends a row to docs/benchmarks.md. --quick is a smoke run (1,000 events/s, 1 minute, 20 s
@@ -70,6 +79,7 @@ import collections
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -97,6 +107,7 @@ SUSTAINED_SILVER_P99_S = 10.0
 LAG_LIMIT_S = 10.0            # Kafka lag at the end of the window, in seconds of production
 TREND_LIMIT_S = 5.0           # growth of the median delay from the first to the last 30 s of the window
 BUCKET_S = 30.0
+FLOOR_WHAT = "the barest continuous Spark job (bench.bare_stream: every shop topic, one query, Kafka straight into one Delta table, no parse)"
 GOLD_TABLE = "gold_revenue_per_minute"
 GOLD_SOURCE = "silver_orders"
 CAUGHT_UP_S = 5.0             # the warm-up ends once the Kafka lag is under this many seconds of production
@@ -190,15 +201,16 @@ def machine_cpu() -> tuple[float, float]:
 
 
 class Stream:
-    """`lakehouse stream [TABLE ...]` in its own process group; stopped by SIGTERM, killed if it hangs."""
+    """`lakehouse stream [TABLE ...]` (or, for --floor, bench.bare_stream) in its own process group; stopped by
+    SIGTERM, killed if it hangs."""
 
-    def __init__(self, settings, tables: Sequence[str], log: Path):
+    def __init__(self, settings, command: Sequence[str], log: Path):
         self.log = log
         self._out = open(log, "ab")
-        self.proc = subprocess.Popen([str(LAKEHOUSE), "stream", *tables], env=stream_env(settings),
+        self.proc = subprocess.Popen(list(command), env=stream_env(settings),
                                      stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
         self.driver: int | None = None
-        say(f"lakehouse stream {' '.join(tables) or '(all flows)'}: pid {self.proc.pid}, log {log}")
+        say(f"{' '.join(Path(c).name if i == 0 else c for i, c in enumerate(command))}: pid {self.proc.pid}, log {log}")
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -569,31 +581,41 @@ def health_now(flows, settings) -> dict[str, Any]:
 # ---------------------------------------------------------------- one rate
 
 def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequence[str], seed: int,
-                 drain_s: float, start_limit_s: float) -> dict[str, Any]:
-    import numpy as np
-
-    from schemas import tables as table_specs
+                 drain_s: float, start_limit_s: float, floor: bool = False) -> dict[str, Any]:
+    """One rate: `lakehouse stream` (or with `floor` the barest job, bench.bare_stream) fed at `rate` events/s."""
     from streaming.continuous import flows_for
     from streaming.flows import EVENT_SOURCES, FLOWS
 
-    flows = flows_for(FLOWS, tables)
-    names = [f.name for f in flows]
+    flows = [] if floor else flows_for(FLOWS, tables)
+    names = ["bare"] if floor else [f.name for f in flows]
     silver_tables = [t.name for t in EVENT_SOURCES if t.name in names]
     has_gold = GOLD_TABLE in names
     window_s = minutes * 60
-    say(f"=== {rate:,} events/s: {len(flows)} flows, {window_s:.0f} s measured after a {warm_up_s:.0f} s warm-up")
+    say(f"=== {rate:,} events/s: " + ("the barest job (bench.bare_stream)" if floor else f"{len(flows)} flows")
+        + f", {window_s:.0f} s measured after a {warm_up_s:.0f} s warm-up")
     result: dict[str, Any] = {"rate": rate, "flows": names, "load_start": harness.load_now()}
     more, records = pregenerate(rate, min(MAX_PREGENERATED, int(rate * (start_limit_s + window_s + 10))), seed)
 
     with bench_home(str(rate)) as settings:
         home = Path(settings.home)
         lake = Path(settings.lake_root)
+        bare_table = lake / "bare"
+        if floor:
+            command = [sys.executable, "-m", "bench.bare_stream", str(bare_table)]
+
+            def health() -> dict[str, Any]:
+                return floor_health(settings, bare_table)
+        else:
+            command = [str(LAKEHOUSE), "stream", *tables]
+
+            def health() -> dict[str, Any]:
+                return health_now(flows, settings)
         with harness.private_broker(settings) as broker:
             stream = producer = None
             probes: list[harness.PeakMemory] = []
             try:
-                stream = Stream(settings, tables, home / "stream.log")
-                bronze = [f.name for f in flows if f.name.startswith("bronze_")]
+                stream = Stream(settings, command, home / "stream.log")
+                bronze = ["bare"] if floor else [f.name for f in flows if f.name.startswith("bronze_")]
                 began = time.monotonic()
                 while not set(bronze) <= set(stream.streaming()):
                     if not stream.alive():
@@ -603,7 +625,7 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
                     time.sleep(0.5)
                 result["stream_start_s"] = round(time.monotonic() - began, 1)
                 stream.driver = spark_driver_of(stream.proc.pid)
-                say(f"bronze queries streaming after {result['stream_start_s']} s; Spark driver pid {stream.driver}, "
+                say(f"{'the query' if floor else 'bronze queries'} streaming after {result['stream_start_s']} s; Spark driver pid {stream.driver}, "
                     f"broker pid {broker.pid}")
                 probes = [harness.PeakMemory("spark_driver", stream.driver), harness.PeakMemory("broker", broker.pid)]
                 for probe in probes:
@@ -638,7 +660,7 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
                     if not stream.alive():
                         raise RuntimeError("lakehouse stream exited:\n" + stream.text()[-3000:])
                     if time.time() >= all_up + warm_up_s:
-                        h = health_now(flows, settings)
+                        h = health()
                         if h["kafka_lag_records"] <= rate * CAUGHT_UP_S and h["versions_behind_max"] <= 2:
                             ended_by = "caught up"
                             break
@@ -673,7 +695,7 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
                 cpu1 = {"spark_driver": cpu_seconds(stream.driver), "broker": cpu_seconds(broker.pid),
                         "bench": cpu_seconds(os.getpid()), "stream_python": cpu_seconds(stream.proc.pid)}
                 result["load_measure_end"] = harness.load_now()
-                result["status_at_end"] = health_now(flows, settings)
+                result["status_at_end"] = health()
                 producer.join(90)
                 say(f"window over: {producer.sent:,} records sent, {producer.delivered:,} acknowledged, "
                     f"{producer.failed} failed; Kafka lag at the end {result['status_at_end']['kafka_lag_records']:,} "
@@ -690,7 +712,7 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
                 while time.monotonic() - began < drain_s:
                     if not stream.alive():
                         raise RuntimeError("lakehouse stream exited while draining:\n" + stream.text()[-3000:])
-                    if health_now(flows, settings)["caught_up"]:
+                    if health()["caught_up"]:
                         drained = True
                         break
                     time.sleep(3)
@@ -710,7 +732,7 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
                 if stream is not None:
                     code = stream.stop()
                     result["observed_until"] = time.time()      # its last commits land while it stops
-                    say(f"lakehouse stream stopped (exit {code})")
+                    say(f"{'bench.bare_stream' if floor else 'lakehouse stream'} stopped (exit {code})")
                     result["stream_exit"] = code
                     result["stream_log_tail"] = stream.text()[-1500:]
         # The broker is stopped; the lake stays until the folder is removed.
@@ -723,8 +745,11 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
         }
         result["window_utc"] = [datetime.fromtimestamp(start, timezone.utc).isoformat(timespec="seconds"),
                                 datetime.fromtimestamp(end, timezone.utc).isoformat(timespec="seconds")]
-        result.update(analyse(lake, silver_tables, has_gold, start, end, result))
-        result["progress"] = progress_figures(lake, start, end)
+        if floor:
+            result["bare"] = floor_analyse(bare_table, start, end, result)
+        else:
+            result.update(analyse(lake, silver_tables, has_gold, start, end, result))
+            result["progress"] = progress_figures(lake, start, end)
     return result
 
 
@@ -828,6 +853,139 @@ def analyse(lake: Path, silver_tables: Sequence[str], has_gold: bool, start: flo
         }
         out["gold"]["commit"]["lower_bound"] = bool(orders["missing"] or (~ok).any())
     return out
+
+
+# ---------------------------------------------------------------- the floor (--floor): bench.bare_stream
+
+STAMP = re.compile(rb'"sent_at":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{3})Z"')
+
+
+def table_records(table: Path) -> int:
+    """Rows in a Delta table of appends only: the sum of numRecords in its add actions' stats."""
+    log_dir = table / "_delta_log"
+    n = 0
+    for entry in sorted(log_dir.glob("[0-9]" * 20 + ".json")) if log_dir.is_dir() else []:
+        for line in entry.read_text().splitlines():
+            if line.startswith('{"add"'):
+                n += json.loads(json.loads(line)["add"].get("stats") or "{}").get("numRecords", 0)
+    return n
+
+
+def floor_health(settings, table: Path) -> dict[str, Any]:
+    """The bare job's Kafka lag: records on the shop's topics minus the rows its table holds."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from schemas import topics
+
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "bench-freshness-floor",
+                         "enable.auto.commit": False, "log_level": 0})
+    try:
+        on_topics = sum(high - low for t in topics.ALL for p in range(t.partitions)
+                        for low, high in [consumer.get_watermark_offsets(TopicPartition(t.name, p), timeout=15)])
+    finally:
+        consumer.close()
+    lag = max(0, on_topics - table_records(table))
+    return {"flows": {"bare": f"{lag:,} records behind"}, "kafka_lag_records": lag, "versions_behind_max": 0,
+            "caught_up": lag == 0}
+
+
+def sent_micros(values) -> tuple[Any, Any]:
+    """The producer's send stamp of each record value, in µs since the epoch, and whether it had one (a
+    truncated record lost it)."""
+    import calendar
+
+    import numpy as np
+
+    seconds: dict[bytes, int] = {}
+    out = np.zeros(len(values), dtype=np.int64)
+    has = np.zeros(len(values), dtype=bool)
+    for i, value in enumerate(values):
+        m = STAMP.search(value) if value is not None else None
+        if m is None:
+            continue
+        whole = seconds.get(m.group(1))
+        if whole is None:
+            whole = seconds[m.group(1)] = calendar.timegm(time.strptime(m.group(1).decode(), "%Y-%m-%dT%H:%M:%S"))
+        out[i] = whole * 1_000_000 + int(m.group(2)) * 1000
+        has[i] = True
+    return out, has
+
+
+def floor_analyse(table: Path, start: float, end: float, result: dict) -> dict[str, Any]:
+    """Send -> visible in the bare job's table for the records sent in [start, end), every topic and kind.
+
+    Records sent in the window that the table does not hold by the end count at (stop - end of window),
+    as in analyse. Window membership of a record without a stamp (truncated JSON) is its broker time."""
+    import numpy as np
+
+    observed_until = result["observed_until"]
+    versions = delta_log(table)
+    rows = read_rows(table, versions, ["value", "timestamp"])
+    sent, stamped = sent_micros(rows["value"])
+    mask = stamped & (sent >= start * 1e6) & (sent < end * 1e6)
+    unstamped_in_window = int((~stamped & (rows["timestamp"] >= start * 1e6) & (rows["timestamp"] < end * 1e6)).sum())
+    commit_s = (rows["committed_ns"][mask] / 1e3 - sent[mask]) / 1e6
+    file_s = (rows["file_ns"][mask] / 1e3 - sent[mask]) / 1e6
+    append_s = (rows["timestamp"][mask] - sent[mask]) / 1e6
+    expected = sum(sum(kinds.values()) for kinds in result["producer"]["sent_in_window"].values())
+    missing = max(0, expected - int(mask.sum()) - unstamped_in_window)
+    in_window = [v.committed_ns / 1e9 for v in versions if start <= v.committed_ns / 1e9 < end]
+    gaps = [b - a for a, b in zip(in_window, in_window[1:])]
+    return {
+        "table": str(table.name), "events": int(mask.sum()), "expected": expected, "missing": missing,
+        "without_stamp_in_window": unstamped_in_window, "versions": len(versions),
+        "commit": censored_pct(commit_s, missing, observed_until - end), "commit_visible_only": pct(commit_s),
+        "data_file_lower_bound": pct(file_s), "send_to_append": pct(append_s),
+        "trend": trend(sent[mask], commit_s, start, end),
+        "commits_in_window": len(in_window),
+        "gap_between_commits_s": pct(gaps) if gaps else None,
+    }
+
+
+def floor_verdicts(rates: dict[str, dict]) -> None:
+    """Whether the bare job kept up at each rate, by the same rule as the stream's."""
+    for r in rates.values():
+        lag_s = r["status_at_end"]["kafka_lag_records"] / r["rate"]
+        growth = r["bare"]["trend"]["p50_growth_s"]
+        r["kept_up"] = {"kept_up": bool(r["drained"] and lag_s <= LAG_LIMIT_S
+                                        and (growth is None or growth <= TREND_LIMIT_S)),
+                        "lag_at_end_s_of_production": round(lag_s, 2), "p50_growth_s": growth, "drained": r["drained"]}
+
+
+def floor_summary(result: dict) -> str:
+    lines = [f"freshness floor: {FLOOR_WHAT}, trigger {result['trigger']}, {result['minutes']} min per rate after a "
+             f"{result['warm_up_s']:.0f} s warm-up (p50/p95/p99):"]
+    for r in result["rates"].values():
+        b, gaps = r["bare"], r["bare"]["gap_between_commits_s"] or {}
+        lines.append(
+            f"  {r['rate']:,}/s (sent {r['producer']['rate_in_window']:,}/s in the window): send->visible "
+            f"{fmt(b['commit'])} ({b['events']:,} records, {b['missing']:,} not by the end; data-file lower bound "
+            f"{fmt(b['data_file_lower_bound'])}); {b['commits_in_window']} commits in the window, one every "
+            f"{gaps.get('p50')} s (p50); kept up: {'yes' if r['kept_up']['kept_up'] else 'no'} (lag "
+            f"{r['kept_up']['lag_at_end_s_of_production']} s of production at the end); driver used "
+            f"{r['cpu_cores_in_window'].get('spark_driver')} cores; peak RSS driver "
+            f"{r['peak_rss_mib'].get('spark_driver')} MiB; load {r['load_measure_start']} -> {r['load_measure_end']}")
+    return "\n".join(lines)
+
+
+def floor_docs_row(result: dict) -> str:
+    per_rate, kept = [], []
+    for r in result["rates"].values():
+        b, gaps = r["bare"], r["bare"]["gap_between_commits_s"] or {}
+        per_rate.append(f"{r['rate']:,}/s: {fmt(b['commit'])} (one commit every {gaps.get('p50')} s at p50; the "
+                        f"driver used {r['cpu_cores_in_window'].get('spark_driver')} of 2 cores)")
+        kept.append(f"{r['rate']:,}/s " + ("kept up" if r["kept_up"]["kept_up"] else
+                                           f"fell behind ({r['kept_up']['lag_at_end_s_of_production']} s of production)"))
+    loads = ", ".join(f"{r['rate']:,}/s {r['load_measure_start']}-{r['load_measure_end']}" for r in result["rates"].values())
+    return harness.docs_row(
+        result["date"][:16].replace("T", " "), f"`{result['command']}`",
+        f"the floor for send -> silver: {FLOOR_WHAT}, trigger {result['trigger']}, the project's Spark settings, fresh "
+        f"broker and table per rate; the same paced shop events as the stream's runs; {result['minutes']:g} min "
+        f"measured per rate after a {result['warm_up_s']:.0f} s warm-up; p50/p95/p99 send -> visible (mtime of the "
+        f"commit file that added the record), every record of every topic",
+        "-", "; ".join(per_rate), "; ".join(kept) + " (not a target: the yardstick for target 3)",
+        f"{result['machine']}; load in the windows {loads}",
+    )
 
 
 # ---------------------------------------------------------------- verdicts, summary, record
@@ -958,11 +1116,17 @@ def main(argv: list[str] | None = None) -> int:
                              "up with its start or not every query runs yet (default 300)")
     parser.add_argument("--tables", nargs="*", default=[], metavar="TABLE",
                         help="stream only these tables and what they need (default: every flow)")
+    parser.add_argument("--floor", action="store_true",
+                        help="measure the yardstick instead of the stream: the barest continuous Spark job "
+                             "(bench.bare_stream: every topic, one query, Kafka straight into one Delta table), "
+                             "send -> visible there; recorded as the scope 'floor'")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1000/s, 1 minute, 20 s warm-up; no record")
     parser.add_argument("--record", action="store_true", help="with --quick: write the JSON and the docs row anyway")
     parser.add_argument("--no-record", action="store_true", help="print only")
     parser.add_argument("--seed", type=int, default=harness.SEED)
     args = parser.parse_args(argv)
+    if args.floor and args.tables:
+        parser.error("--floor measures the barest job, which has no tables to choose: drop --tables")
     rates = [int(r) for r in args.rates.split(",") if r.strip()]
     if args.quick:
         rates, args.minutes, args.warm_up = rates[:1] if args.rates != "1000,5000,20000" else [1000], 1.0, 20.0
@@ -971,7 +1135,9 @@ def main(argv: list[str] | None = None) -> int:
     from infra.settings import Settings
 
     defaults = Settings.from_env({})
-    scope = ("tables " + " ".join(args.tables) + " and what they read") if args.tables else "all flows (the default)"
+    scope = ("the floor: " + FLOOR_WHAT if args.floor else
+             ("tables " + " ".join(args.tables) + " and what they read") if args.tables else "all flows (the default)")
+    scope_key = "floor" if args.floor else " ".join(args.tables) or "all"
     result: dict[str, Any] = {
         "bench": NAME, "date": harness.utc_now().isoformat(timespec="seconds"), "machine": harness.machine(),
         "command": harness.command_line("bench.freshness", argv), "scope": scope, "tables": args.tables,
@@ -984,9 +1150,13 @@ def main(argv: list[str] | None = None) -> int:
     for rate in rates:
         result["rates"][str(rate)] = measure_rate(rate, minutes=args.minutes, warm_up_s=args.warm_up,
                                                   tables=args.tables, seed=args.seed, drain_s=args.drain,
-                                                  start_limit_s=args.start_limit)
-        result["verdicts"] = verdicts(result["rates"])
-        print(summary(result), flush=True)
+                                                  start_limit_s=args.start_limit, floor=args.floor)
+        if args.floor:
+            floor_verdicts(result["rates"])
+            print(floor_summary(result), flush=True)
+        else:
+            result["verdicts"] = verdicts(result["rates"])
+            print(summary(result), flush=True)
     result["load_end"] = harness.load_now()
     if record:
         path = harness.RESULTS_DIR / f"{NAME}.json"
@@ -996,8 +1166,9 @@ def main(argv: list[str] | None = None) -> int:
                 scopes = json.loads(path.read_text()).get("scopes", {})
             except ValueError:
                 scopes = {}
-        scopes[" ".join(args.tables) or "all"] = result
-        harness.record(NAME, {"latest": " ".join(args.tables) or "all", "scopes": scopes}, docs_row(result))
+        scopes[scope_key] = result
+        harness.record(NAME, {"latest": scope_key, "scopes": scopes},
+                       floor_docs_row(result) if args.floor else docs_row(result))
     else:
         print(json.dumps(result, indent=2, default=str)[:20000])
     return 0

@@ -29,7 +29,9 @@ query listener also sums the queries' micro-batch time (Spark's triggerExecution
 spent outside the batches (starting the query, the runner's checkpoint and Delta-history reads). Peak memory per run: the Spark
 driver JVM's and the broker JVM's peak RSS (see bench/harness.py for how, per run), and for (c) the sum of
 the consumer processes' own peak RSS. It writes bench/results/ingest.json and appends a row to
-docs/benchmarks.md. --profile adds two sides in the same rotation, to say where (a)'s time over (b)'s goes:
+docs/benchmarks.md. --profile adds three sides in the same rotation, to say where (a)'s time over (b)'s goes:
+(p0) the bare job reading in batches of at most LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER records (500,000), as
+bronze does by default (the issue's bounded batches; the same as (b) while --events fits in one batch),
 (p1) the bare job with includeHeaders and the headers column (bronze keeps them; silver reads the schema
 header), and (p2) bronze's own query started by streaming.runner.start_flow, everything bronze writes,
 without run_flow's reads before and after the query (the table's version, its history for the report);
@@ -57,9 +59,10 @@ NAME = "ingest"
 TARGET = 0.95
 SIDES = ("bronze", "bare", "raw")
 LABELS = {"bronze": "(a) bronze flow", "bare": "(b) bare Spark Kafka->Delta", "raw": "(c) raw confluent-kafka",
+          "bare_capped": "(p0) bare, batches capped as bronze's",
           "bare_headers": "(p1) bare + headers", "bronze_query": "(p2) bronze's query alone"}
 # --profile: the steps between (b) and (a), to say where bronze's extra time goes.
-PROFILE = ("bare_headers", "bronze_query")
+PROFILE = ("bare_capped", "bare_headers", "bronze_query")
 
 
 # ---------------------------------------------------------------- (c) raw consumers, one process per partition
@@ -144,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
     parser.add_argument("--seed", type=int, default=harness.SEED, help="generator seed (default 7, as lakehouse produce)")
     parser.add_argument("--profile", action="store_true",
-                        help="two more sides between (b) and (a): (p1) the bare job also reading the records' headers; "
+                        help="three more sides between (b) and (a): (p0) the bare job in batches capped as bronze's "
+                             "(LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER); (p1) the bare job also reading the records' headers; "
                              "(p2) bronze's own query (streaming.runner.start_flow) without run_flow's reads before "
                              "and after it")
     args = parser.parse_args(argv)
@@ -205,13 +209,15 @@ def make_sides(spark, settings, broker, expected: Callable[[], int], *,
             raise RuntimeError(f"{label} read {rows} rows, not {expected()}")
         return {"seconds": seconds, "in_batches_s": in_batches, "batches": batches}
 
-    def bare_query(folder: Path, *, headers: bool = False):
+    def bare_query(folder: Path, *, headers: bool = False, capped: bool = False):
         reader = (spark.readStream.format("kafka")
                   .option("kafka.bootstrap.servers", broker.bootstrap)
                   .option("subscribe", topic.name)
                   .option("startingOffsets", "earliest"))
         if headers:
             reader = reader.option("includeHeaders", "true")
+        if capped and settings.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
         return (reader.load()
                 .select("key", "value", *(["headers"] if headers else []), "topic", "partition", "offset", "timestamp")
                 .writeStream.format("delta").queryName("bench_bare")
@@ -221,6 +227,9 @@ def make_sides(spark, settings, broker, expected: Callable[[], int], *,
 
     def bare(label: str) -> dict:
         return timed_query(label, bare_query)
+
+    def bare_capped(label: str) -> dict:
+        return timed_query(label, lambda folder: bare_query(folder, capped=True))
 
     def bare_headers(label: str) -> dict:
         return timed_query(label, lambda folder: bare_query(folder, headers=True))
@@ -237,7 +246,7 @@ def make_sides(spark, settings, broker, expected: Callable[[], int], *,
 
     sides = {"bronze": bronze, "bare": bare, "raw": raw}
     if profile:
-        sides |= {"bare_headers": bare_headers, "bronze_query": bronze_query}
+        sides |= {"bare_capped": bare_capped, "bare_headers": bare_headers, "bronze_query": bronze_query}
     return sides
 
 
@@ -319,6 +328,10 @@ def summary(result: dict) -> str:
     for k, share in result.get("profile", {}).items():
         lines.append(f"{s[k]['what']}: {share['median_of_bronze']} of the bronze flow's time "
                      f"(rounds {share['of_bronze_per_round']})")
+    if "bare_capped" in result.get("profile", {}):
+        capped = result["profile"]["bare_capped"]
+        lines.append(f"a/p0 {capped['median_of_bronze']} (rounds {capped['of_bronze_per_round']}): bronze against the "
+                     f"bare job reading in the same capped batches")
     lines.append(f"a/b {result['ratio_a_b']['median']} (rounds {result['ratio_a_b']['per_round']}), "
                  f"a/c {result['ratio_a_c']['median']} (rounds {result['ratio_a_c']['per_round']})")
     mem = s["bronze"]["max_peak_rss_mib"]
