@@ -92,17 +92,19 @@ def test_ingest_profile_reports_each_step_as_its_share_of_the_bronze_flows_time(
     from bench import ingest
     from schemas import topics
 
-    seconds = {"bronze": [10.0, 12.0, 8.0], "bare": [8.0, 9.0, 6.0], "bare_headers": [8.5, 9.6, 6.4],
+    seconds = {"bronze": [10.0, 12.0, 8.0], "bare": [8.0, 9.0, 6.0], "bare_capped": [9.0, 9.5, 7.0],
+               "bare_headers": [8.5, 9.6, 6.4],
                "bronze_query": [9.0, 10.8, 7.0], "raw": [2.0, 2.0, 2.0]}
     runs = {side: [{"seconds": s, "in_batches_s": s - 1, "batches": 1, "records": 1000, "bytes": 10,
                     "peak_rss_mib": {"spark_driver": 1.0}} for s in times] for side, times in seconds.items()}
     result = ingest.summarize(runs, events=1000, rounds=3, topic=topics.ORDERS,
                               started_at=datetime(2026, 11, 23, tzinfo=timezone.utc), where="here", memory_method={})
-    for side in ("bare_headers", "bronze_query", "bare"):
+    for side in ("bare_capped", "bare_headers", "bronze_query", "bare"):
         shares = [round(x / b, 3) for x, b in zip(seconds[side], seconds["bronze"])]
         assert result["profile"][side]["of_bronze_per_round"] == shares
         assert result["profile"][side]["median_of_bronze"] == round(sorted(shares)[1], 3)
     assert "(p2) bronze's query alone" in ingest.summary(result)
+    assert "a/p0 0.875 (rounds [0.9, 0.792, 0.875])" in ingest.summary(result)
     assert "(p1) bare + headers" in ingest.docs_row({**result, "command": "python -m bench.ingest --profile"})
     runs = {side: runs[side] for side in ingest.SIDES}      # without --profile: no profile section
     assert "profile" not in ingest.summarize(runs, events=1000, rounds=3, topic=topics.ORDERS,
