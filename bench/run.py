@@ -21,7 +21,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "compaction": ("bench.compaction", "a gold query on many small files, before and after OPTIMIZE ZORDER BY"),
     "interactive": ("bench.interactive", "seconds a person waits for lakehouse sql with and without lakehouse serve, "
                                          "and for a small lakehouse run (targets 3 s and 10 s)"),
-    "freshness": ("bench.freshness", "send -> silver and send -> gold delay (p50/p95/p99) of `lakehouse stream` at fixed rates"),
+    "freshness": ("bench.freshness", "send -> silver and send -> gold delay (p50/p95/p99) of `lakehouse stream` at fixed rates "
+                                     "(--floor: the barest one-hop job instead)"),
 }
 
 
