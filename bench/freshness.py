@@ -391,6 +391,7 @@ class Version:
     user_metadata: dict | None
     adds: list[str] = field(default_factory=list)     # data file paths (relative, decoded), in commit order
     removes: int = 0
+    records_added: int = 0             # numRecords of the added files' stats
 
 
 def delta_log(table: Path) -> list[Version]:
@@ -407,6 +408,7 @@ def delta_log(table: Path) -> list[Version]:
             action = json.loads(line)
             if "add" in action:
                 version.adds.append(unquote(action["add"]["path"]))
+                version.records_added += json.loads(action["add"].get("stats") or "{}").get("numRecords", 0)
             elif "remove" in action:
                 version.removes += 1
             elif "commitInfo" in action:
@@ -860,31 +862,14 @@ def analyse(lake: Path, silver_tables: Sequence[str], has_gold: bool, start: flo
 STAMP = re.compile(rb'"sent_at":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{3})Z"')
 
 
-def table_records(table: Path) -> int:
-    """Rows in a Delta table of appends only: the sum of numRecords in its add actions' stats."""
-    log_dir = table / "_delta_log"
-    n = 0
-    for entry in sorted(log_dir.glob("[0-9]" * 20 + ".json")) if log_dir.is_dir() else []:
-        for line in entry.read_text().splitlines():
-            if line.startswith('{"add"'):
-                n += json.loads(json.loads(line)["add"].get("stats") or "{}").get("numRecords", 0)
-    return n
-
-
 def floor_health(settings, table: Path) -> dict[str, Any]:
-    """The bare job's Kafka lag: records on the shop's topics minus the rows its table holds."""
-    from confluent_kafka import Consumer, TopicPartition
-
+    """The bare job's Kafka lag: records on the shop's topics minus the rows its table holds (appends only)."""
     from schemas import topics
+    from streaming.health import end_offsets
 
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "bench-freshness-floor",
-                         "enable.auto.commit": False, "log_level": 0})
-    try:
-        on_topics = sum(high - low for t in topics.ALL for p in range(t.partitions)
-                        for low, high in [consumer.get_watermark_offsets(TopicPartition(t.name, p), timeout=15)])
-    finally:
-        consumer.close()
-    lag = max(0, on_topics - table_records(table))
+    on_topics = sum(high - low for partitions in end_offsets(settings.kafka_bootstrap, topics.ALL).values()
+                    for low, high in partitions.values())
+    lag = max(0, on_topics - sum(v.records_added for v in delta_log(table)))
     return {"flows": {"bare": f"{lag:,} records behind"}, "kafka_lag_records": lag, "versions_behind_max": 0,
             "caught_up": lag == 0}
 
@@ -945,11 +930,7 @@ def floor_analyse(table: Path, start: float, end: float, result: dict) -> dict[s
 def floor_verdicts(rates: dict[str, dict]) -> None:
     """Whether the bare job kept up at each rate, by the same rule as the stream's."""
     for r in rates.values():
-        lag_s = r["status_at_end"]["kafka_lag_records"] / r["rate"]
-        growth = r["bare"]["trend"]["p50_growth_s"]
-        r["kept_up"] = {"kept_up": bool(r["drained"] and lag_s <= LAG_LIMIT_S
-                                        and (growth is None or growth <= TREND_LIMIT_S)),
-                        "lag_at_end_s_of_production": round(lag_s, 2), "p50_growth_s": growth, "drained": r["drained"]}
+        r["kept_up"] = kept_up(r, r["bare"])
 
 
 def floor_summary(result: dict) -> str:
@@ -990,18 +971,23 @@ def floor_docs_row(result: dict) -> str:
 
 # ---------------------------------------------------------------- verdicts, summary, record
 
+def kept_up(r: dict, trend_of: dict) -> dict[str, Any]:
+    """Whether a rate's run kept up: small Kafka lag at the end, a median delay that did not grow, a finished drain."""
+    lag_s = r["status_at_end"]["kafka_lag_records"] / r["rate"]
+    growth = trend_of["trend"]["p50_growth_s"]
+    ok = r["drained"] and lag_s <= LAG_LIMIT_S and (growth is None or growth <= TREND_LIMIT_S)
+    return {"kept_up": bool(ok), "lag_at_end_s_of_production": round(lag_s, 2), "p50_growth_s": growth,
+            "drained": r["drained"],
+            "rule": f"lag at the end <= {LAG_LIMIT_S:.0f} s of production, median delay grew <= "
+                    f"{TREND_LIMIT_S:.0f} s over the window, drain finished"}
+
+
 def verdicts(rates: dict[str, dict]) -> dict[str, Any]:
     sustained = []
     for key, r in rates.items():
         silver = r["silver_all"]["commit"]["p99"]
-        lag_s = r["status_at_end"]["kafka_lag_records"] / r["rate"]
-        growth = r["silver_all"]["trend"]["p50_growth_s"]
-        kept_up = r["drained"] and lag_s <= LAG_LIMIT_S and (growth is None or growth <= TREND_LIMIT_S)
-        r["kept_up"] = {"kept_up": bool(kept_up), "lag_at_end_s_of_production": round(lag_s, 2),
-                        "p50_growth_s": growth, "drained": r["drained"],
-                        "rule": f"lag at the end <= {LAG_LIMIT_S:.0f} s of production, median delay grew <= "
-                                f"{TREND_LIMIT_S:.0f} s over the window, drain finished"}
-        r["sustained"] = bool(kept_up and silver is not None and silver <= SUSTAINED_SILVER_P99_S)
+        r["kept_up"] = kept_up(r, r["silver_all"])
+        r["sustained"] = bool(r["kept_up"]["kept_up"] and silver is not None and silver <= SUSTAINED_SILVER_P99_S)
         if r["sustained"]:
             sustained.append(r["rate"])
     at = rates.get(str(TARGET_RATE))
