@@ -2,8 +2,9 @@
 
 Great Expectations' own Spark engine resolves some 45 metrics in as many small Spark jobs for a suite
 of six expectations (about 2.5 s on a 2,000-row batch on 2 cores, longer than the batch's own write).
-Here every row rule of a suite is one pair of sums in a single aggregation, and each uniqueness rule
-one grouped count, so validation stays a small share of a micro-batch (bench/quality.py measures it).
+Here every rule of a suite is a few counts in a single aggregation (a uniqueness rule compares its rows
+with their distinct values, and groups them only when some repeat), which a writer can fold into an
+aggregation it runs anyway, so validation stays a small share of a micro-batch (bench/quality.py measures it).
 The expectations stay GX's: their type and arguments define them, GX renders them in Data Docs, and
 tests/integration/test_quality.py checks that these figures equal GX's own validation of the same rows.
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import Any
+from typing import Any, Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -125,40 +126,56 @@ def samples(rows: DataFrame, columns: tuple[str, ...] | list[str]) -> list[Any]:
     return [r[0] if len(columns) == 1 else r.asDict() for r in rows.select(*columns).limit(SAMPLES).collect()]
 
 
-def evaluate(rows: DataFrame, suite: Suite) -> list[Outcome]:
-    """Each expectation of `suite` over `rows`; one aggregation for all row rules."""
-    chosen = suite.expectations
-    row_rules = [e for e in chosen if e.type in ROW_TYPES]
-    set_rules = [e for e in chosen if e.type not in ROW_TYPES]
+def totals(suite: Suite) -> list[Column]:
+    """The aggregate columns a suite needs over a batch's rows, so a caller can fold them into its own aggregation.
+
+    Each uniqueness rule gets the rows it judges and their distinct values: equal means no repeats,
+    and only a batch with repeats pays for the grouped count that GX's figure needs.
+    """
+    row_rules, set_rules = _split(suite)
     aggs = [F.count(F.lit(1)).alias("_rows")]
     for i, e in enumerate(row_rules):
-        aggs += [F.count(F.when(scope(e), 1)).alias(f"s{i}"), F.count(F.when(scope(e) & ~present(e), 1)).alias(f"m{i}"),
-                 F.count(F.when(breaks(e), 1)).alias(f"u{i}")]
+        aggs += [F.count(F.when(scope(e), 1)).alias(f"_s{i}"), F.count(F.when(scope(e) & ~present(e), 1)).alias(f"_m{i}"),
+                 F.count(F.when(breaks(e), 1)).alias(f"_u{i}")]
     for i, e in enumerate(set_rules):
-        aggs.append(F.count(F.when(~any_value(list(e.columns)), 1)).alias(f"n{i}"))
-    totals = rows.agg(*aggs).first()
+        judged = any_value(list(e.columns))
+        aggs += [F.count(F.when(~judged, 1)).alias(f"_n{i}"), F.count(F.when(judged, 1)).alias(f"_j{i}"),
+                 F.count_distinct(F.when(judged, F.struct(*e.columns))).alias(f"_d{i}")]
+    return aggs
+
+
+def _split(suite: Suite) -> tuple[list[Expectation], list[Expectation]]:
+    chosen = suite.expectations
+    return [e for e in chosen if e.type in ROW_TYPES], [e for e in chosen if e.type not in ROW_TYPES]
+
+
+def evaluate(rows: DataFrame, suite: Suite, figures: Mapping[str, Any] | None = None) -> list[Outcome]:
+    """Each expectation of `suite` over `rows`, from `figures` (the `totals` columns over `rows`) or one aggregation."""
+    if figures is None:
+        figures = rows.agg(*totals(suite)).first().asDict()
+    row_rules, set_rules = _split(suite)
     outcomes = {}
     for i, e in enumerate(row_rules):
-        outcomes[id(e)] = Outcome(e, totals[f"s{i}"], totals[f"u{i}"], totals[f"m{i}"])
+        outcomes[id(e)] = Outcome(e, figures[f"_s{i}"], figures[f"_u{i}"], figures[f"_m{i}"])
     for i, e in enumerate(set_rules):
         columns = list(e.columns)
-        # GX counts every row whose value (or combination) occurs more than once.
-        repeated = rows.where(any_value(columns)).groupBy(*columns).count().where("count > 1")
-        duplicated = repeated.agg(F.sum("count")).first()[0]
-        outcome = Outcome(e, totals["_rows"], int(duplicated or 0), totals[f"n{i}"])
-        if outcome.unexpected_count:
+        outcome = Outcome(e, figures["_rows"], 0, figures[f"_n{i}"])
+        if figures[f"_j{i}"] != figures[f"_d{i}"]:
+            # GX counts every row whose value (or combination) occurs more than once.
+            repeated = rows.where(any_value(columns)).groupBy(*columns).count().where("count > 1")
+            outcome.unexpected_count = int(repeated.agg(F.sum("count")).first()[0] or 0)
             outcome.samples = samples(repeated, columns)
         outcomes[id(e)] = outcome
     for e in row_rules:
         outcome = outcomes[id(e)]
         if outcome.unexpected_count:
             outcome.samples = samples(rows.where(breaks(e)), e.columns)
-    return [outcomes[id(e)] for e in chosen]
+    return [outcomes[id(e)] for e in suite.expectations]
 
 
-def mark_dropped(parsed: DataFrame, rules: tuple[Expectation, ...]) -> DataFrame:
-    """A parsed silver batch with `reason`/`detail` set on valid rows that break a drop-severity rule."""
-    missing = sorted({c for e in rules for c in e.columns} - set(parsed.columns))
+def drop_marks(parsed_columns: list[str], rules: tuple[Expectation, ...]) -> dict[str, Column]:
+    """`reason`/`detail` columns for a parsed silver batch that name the first drop-severity rule a valid row breaks."""
+    missing = sorted({c for e in rules for c in e.columns} - set(parsed_columns))
     if missing:
         raise ValueError(f"drop rules read {', '.join(missing)}, which a parsed record does not have; "
                          "a drop rule may only read the event's own fields")
@@ -171,7 +188,8 @@ def mark_dropped(parsed: DataFrame, rules: tuple[Expectation, ...]) -> DataFrame
         new_reason = F.when(hit, F.lit(e.name)).otherwise(new_reason)
         new_detail = F.when(hit, F.concat(F.lit(f"breaks {e.name}: "), shown)).otherwise(new_detail)
     valid = reason.isNull()
-    return parsed.withColumns({
+    return {
         "reason": F.when(valid, new_reason).otherwise(reason),
         "detail": F.when(valid & new_reason.isNotNull(), new_detail).otherwise(detail),
-    })
+    }
+

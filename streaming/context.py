@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Protocol
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
     from schemas.tables import TableSpec
 
@@ -54,13 +54,17 @@ class QualityGate(Protocol):
     `screen` marks the rows of a parsed silver batch that fail a drop-severity expectation (reason =
     the expectation's name), so the silver writer sends them to quarantine like any bad record.
     `validate` checks the rows a batch is about to write against the table's suite, records the
-    results, and raises when a fail-severity expectation fails, before anything is written.
+    results, and raises when a fail-severity expectation fails, before anything is written; a writer
+    that aggregates those rows anyway adds the `totals` columns and passes what they gave as `figures`.
     """
 
     def screen(self, table: "TableSpec", parsed: "DataFrame") -> "DataFrame": ...
 
+    def totals(self, table: "TableSpec") -> "list[Column]": ...
+
     def validate(self, table: "TableSpec", rows: "DataFrame", batch: BatchScope, *,
-                 dropped: Mapping[str, int] | None = None, screened: "DataFrame | None" = None) -> object: ...
+                 dropped: Mapping[str, int] | None = None, screened: "DataFrame | None" = None,
+                 figures: Mapping[str, object] | None = None) -> object: ...
 
     def flush(self, spark: object) -> int: ...
 
@@ -93,9 +97,12 @@ class FlowContext:
     quality: QualityGate | None = None      # the tables' expectations; None: none are checked
     lane: str = "stream"                    # who runs the flows: the stream, or the batch lane's purpose
 
-    def batch_scope(self, flow: str, batch_id: int, rows: "DataFrame | None" = None) -> BatchScope:
-        """The scope of one batch; the Kafka offsets it covered are read from `rows`' coordinates."""
-        return BatchScope(flow, batch_id, self.lane, None, offsets_covered(rows) if rows is not None else ())
+    def batch_scope(self, flow: str, batch_id: int, rows: "DataFrame | None" = None,
+                    offsets: tuple[tuple[str, int, int, int], ...] | None = None) -> BatchScope:
+        """The scope of one batch; the Kafka offsets it covered are given, or read from `rows`' coordinates."""
+        if offsets is None:
+            offsets = offsets_covered(rows) if rows is not None else ()
+        return BatchScope(flow, batch_id, self.lane, None, offsets)
 
     @property
     def inputs(self) -> str:

@@ -29,16 +29,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from schemas.events import EventSchema
 from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
-from streaming.context import FlowContext, iso_micros
-from streaming.delta_log import last_commit
+from streaming.context import FlowContext, QualityGate, iso_micros
+from streaming.delta_log import last_commit, table_version
 from streaming.lake_files import has_delta_log
 from streaming.positions import RecordsPositions, parse_metadata
-from streaming.sinks import append_once
+from streaming.sinks import StateWarmer, append_once
 from streaming.transforms.silver import to_late_arrivals, to_quarantine, to_silver
 
 log = logging.getLogger(__name__)
@@ -127,28 +127,27 @@ class SilverWriter(RecordsPositions):
 
         parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
         fresh = None
+        # Quarantine gets rows in most batches, silver in nearly all: their states are computed meanwhile.
+        warmer = StateWarmer(spark, [self.silver_path, self.quarantine_path])
         try:
-            counts = parsed.groupBy(F.coalesce("reason", F.when(is_late, "_late").otherwise("_valid")).alias("k")).count()
-            by_kind = {row["k"]: row["count"] for row in counts.collect()}
+            valid = to_silver(parsed, schema=self.schema)
+            fresh = self._first_copies(valid.where(~is_late))
+            if self._seen_micros is not None:
+                fresh = self._not_in_silver(spark, fresh, watermark)
+            fresh = fresh.persist(StorageLevel.MEMORY_AND_DISK)
+            by_kind, offsets, figures = self._summary(parsed, fresh, is_late, gate)
             n_late = by_kind.pop("_late", 0)
             n_valid = by_kind.pop("_valid", 0)
             n_quarantined = sum(by_kind.values())
-            valid = to_silver(parsed, schema=self.schema)
-            n_new, new_max = 0, None
-            if n_valid:
-                fresh = self._first_copies(valid.where(~is_late))
-                if self._seen_micros is not None:
-                    fresh = self._not_in_silver(spark, fresh, watermark)
-                fresh = fresh.persist(StorageLevel.MEMORY_AND_DISK)
-                n_new, new_max = fresh.agg(F.count(F.lit(1)), F.max(F.unix_micros(event_time))).first()
+            n_new, new_max = figures["_rows"], figures["_new_max"]
             # Silver's newest event time once this batch is in: recorded with its append, kept after it.
             seen = self._seen_micros if new_max is None else (
                 new_max if self._seen_micros is None else max(self._seen_micros, new_max))
+            warmer.join()
             if gate is not None:
                 # Before any write: a fail-severity breach must leave nothing of this batch behind.
-                gate.validate(self.silver, fresh if fresh is not None else valid.where(F.lit(False)),
-                              self.ctx.batch_scope(self.flow, batch_id, parsed), dropped=by_kind,
-                              screened=parsed)
+                gate.validate(self.silver, fresh, self.ctx.batch_scope(self.flow, batch_id, offsets=offsets),
+                              dropped=by_kind, screened=parsed, figures=figures)
             # Each write records the batch's source positions; the last one is marked final (positions.py).
             last = "silver" if n_new else "late" if n_late else "quarantine"
             if n_quarantined:
@@ -167,6 +166,7 @@ class SilverWriter(RecordsPositions):
                             partition_by=self.silver.partition_by,
                             user_metadata=batch.metadata(final=True, seen_max_micros=seen, **held))
         finally:
+            warmer.join()
             if fresh is not None:
                 fresh.unpersist()
             parsed.unpersist()
@@ -189,6 +189,33 @@ class SilverWriter(RecordsPositions):
             log.warning("flow %s: %d events behind the watermark %s went to late_arrivals",
                         self.flow, n_late, stats.watermark)
 
+    def _summary(self, parsed: DataFrame, fresh: DataFrame, is_late: Column, gate: QualityGate | None) -> tuple[
+            dict[str, int], tuple[tuple[str, int, int, int], ...], dict[str, object]]:
+        """What the batch must know before it writes, in one Spark action (each action is a few small jobs).
+
+        Returns the batch's rows by kind (a quarantine reason, `_late` or `_valid`), the Kafka offsets it
+        covers per (topic, partition), and over the fresh rows their count (`_rows`), newest event time
+        (`_new_max`) and the quality gate's figures.
+        """
+        kind = F.coalesce("reason", F.when(is_late, "_late").otherwise("_valid"))
+        placed = parsed.groupBy(kind.alias("_kind"), "topic", "partition").agg(
+            F.count(F.lit(1)).alias("_n"), F.min("offset").alias("_first"), F.max("offset").alias("_last"))
+        checks = (gate.totals(self.silver) if gate is not None else []) or [F.count(F.lit(1)).alias("_rows")]
+        new = fresh.agg(F.max(F.unix_micros(self.schema.event_time)).alias("_new_max"), *checks)
+        rows = placed.unionByName(new.withColumn("_kind", F.lit(None).cast("string")), allowMissingColumns=True).collect()
+        by_kind: dict[str, int] = {}
+        spans: dict[tuple[str, int], tuple[int, int]] = {}
+        figures: dict[str, object] = {}
+        for row in rows:
+            if row["_kind"] is None:
+                figures = {k: v for k, v in row.asDict().items() if k not in placed.columns}
+                continue
+            by_kind[row["_kind"]] = by_kind.get(row["_kind"], 0) + row["_n"]
+            key = (row["topic"], row["partition"])
+            first, last = spans.get(key, (row["_first"], row["_last"]))
+            spans[key] = (min(first, row["_first"]), max(last, row["_last"]))
+        return by_kind, tuple(sorted((t, p, a, b) for (t, p), (a, b) in spans.items())), figures
+
     def _first_copies(self, valid: DataFrame) -> DataFrame:
         """One row per event id: the copy at the lowest Kafka coordinates, so a replay picks the same one."""
         columns = valid.columns
@@ -199,7 +226,10 @@ class SilverWriter(RecordsPositions):
 
     def _not_in_silver(self, spark: SparkSession, fresh: DataFrame, watermark: int | None) -> DataFrame:
         """Rows whose event id silver does not already hold; only partitions within the watermark are read (all without one)."""
-        seen = spark.read.format("delta").load(self.silver_path)
+        # Pinned to the version it is now: Spark refreshes every cached plan that reads a table's latest
+        # version after an append to it, and `fresh` is cached through the silver append (0.3 s a batch).
+        version = table_version(spark, self.silver_path)
+        seen = spark.read.format("delta").option("versionAsOf", version).load(self.silver_path)
         if watermark is not None:
             since = datetime.fromtimestamp(watermark / 1e6, tz=timezone.utc).date()
             seen = seen.where(F.col("event_date") >= F.lit(since))

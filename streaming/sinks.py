@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from delta.tables import DeltaTable
+from pyspark import InheritableThread
 from pyspark.sql import DataFrame, SparkSession
 
 from schemas.tables import TableSpec
+from streaming.lake_files import has_delta_log
+
+log = logging.getLogger(__name__)
 
 BatchFunction = Callable[[DataFrame, int], None]
 
@@ -58,6 +63,35 @@ def append_once(df: DataFrame, path: str, *, app_id: str, batch_id: int, partiti
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     save_racing_creation(lambda: writer.save(path))
+
+
+class StateWarmer:
+    """Computes the state of Delta tables in a background thread, while the batch computes what it will write.
+
+    An append with a txn id asks its snapshot which txn versions committed, and Delta 4.4 answers that by
+    computing the snapshot's whole state with Spark jobs: 0.41 s for a 10-row append against 0.15 s
+    without a txn id, on 2 cores. `DeltaTable.detail()` computes the same state of the same (latest)
+    snapshot, which the append then reuses if no commit came in between. Only the time moves, so run
+    this beside work that leaves the cores idle between small jobs. A failure here costs only the time
+    saved: the append computes the state itself.
+    """
+
+    def __init__(self, spark: SparkSession, paths: list[str]):
+        self._thread = InheritableThread(target=self._warm, args=(spark, paths), name="delta-state", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _warm(spark: SparkSession, paths: list[str]) -> None:
+        for path in paths:
+            try:
+                if has_delta_log(spark, path):
+                    DeltaTable.forPath(spark, path).detail().collect()
+            except Exception as exc:  # noqa: BLE001 - an optimisation only; the append does the work itself
+                log.debug("could not compute the state of %s ahead of its append: %s", path, exc)
+
+    def join(self) -> None:
+        """Wait for it, before the appends: they would wait for the same state anyway."""
+        self._thread.join()
 
 
 # Two queries appending first to one new table (several silver flows to quarantine) race to create it;
