@@ -192,4 +192,3 @@ def drop_marks(parsed_columns: list[str], rules: tuple[Expectation, ...]) -> dic
         "reason": F.when(valid, new_reason).otherwise(reason),
         "detail": F.when(valid & new_reason.isNotNull(), new_detail).otherwise(detail),
     }
-
