@@ -16,7 +16,8 @@ function, `EventTimeWriter`, that streaming passes to foreachBatch and the batch
    batches, not which events are late.
 
 Each write carries Delta's (txnAppId, txnVersion): a batch replayed after a crash writes nothing
-twice and, because the watermark is saved last, sees the watermark it saw the first time. So every
+twice and, because the watermark is saved last with the one the batch started from, sees the
+watermark it saw the first time, even when it was replayed after saving it. So every
 silver event is either counted in each gold table it feeds or listed in `late_arrivals` for that table.
 Each commit also records where the batch's sources stood (the watermark's commit marked final), so a
 lost checkpoint can be rebuilt (streaming/positions.py); the flow's state folder is keyed by the flow
@@ -205,13 +206,21 @@ class EventTimeWriter(RecordsPositions):
         self._max: object = _UNSET    # the newest event time the watermark counts
         self._seen: int | None = None  # the newest event time accepted (ahead of _max while a commit is split)
 
-    def _saved_max(self, spark: SparkSession) -> int | None:
-        """The newest event time the watermark counts, as the last committed batch saved it (and sets `_seen`)."""
+    def _saved_max(self, spark: SparkSession, txn: str | None = None, batch_id: int | None = None) -> int | None:
+        """The newest event time the watermark counts, as the last committed batch saved it (and sets `_seen`).
+
+        If that batch is (txn, batch_id) itself, Spark had not recorded it when its process stopped and
+        now replays it: Delta skips each of its writes, so it gets the watermark it started from, and
+        routes its rows as it did the first time (none both merged and listed late).
+        """
         if has_delta_log(spark, self.watermark_path):
             row = spark.read.format("delta").load(self.watermark_path).first()
             if row is None:
                 return None
             saved = row.asDict()
+            if txn is not None and saved.get("txn_app_id") == txn and saved.get("batch_id") == batch_id:
+                self._seen = saved["before_seen_micros"]
+                return saved["before_max_micros"]
             # A batch that ended inside a source commit saved the newest event time it accepted apart.
             self._seen = saved.get("seen_max_micros") or saved["max_event_micros"]
             return saved["max_event_micros"]
@@ -234,11 +243,14 @@ class EventTimeWriter(RecordsPositions):
             self.stats.state_rows = self.count_state(spark, self.state_root)
 
     def _save_max(self, spark: SparkSession, max_micros: int | None, seen_micros: int, batch_id: int, txn: str,
-                  user_metadata: str | None) -> None:
+                  user_metadata: str | None, before: tuple[int | None, int | None]) -> None:
+        """Save the watermark after this batch, and the one it started from (`before`: max, seen) for a replay."""
         row = spark.createDataFrame(
-            [(max_micros, batch_id, seen_micros)], "max_event_micros BIGINT, batch_id BIGINT, seen_max_micros BIGINT"
+            [(max_micros, batch_id, seen_micros, txn, *before)],
+            "max_event_micros BIGINT, batch_id BIGINT, seen_max_micros BIGINT, txn_app_id STRING, "
+            "before_max_micros BIGINT, before_seen_micros BIGINT",
         ).withColumn("saved_at", F.current_timestamp())
-        # overwriteSchema: a watermark saved before seen_max_micros existed lacks the column.
+        # overwriteSchema: a watermark saved by an earlier version of this code lacks some columns.
         writer = (row.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
                   .option("txnAppId", f"{txn}-watermark").option("txnVersion", str(batch_id)))
         if user_metadata is not None:
@@ -250,7 +262,7 @@ class EventTimeWriter(RecordsPositions):
         record = self.batch_record(spark, batch_id)
         txn = record.txn_app_id
         if self._max is _UNSET:
-            self._max = self._saved_max(spark)
+            self._max = self._saved_max(spark, txn, batch_id)
         max_before: int | None = self._max  # type: ignore[assignment]
         watermark = None if max_before is None else max_before - self.delay
         hold = record.ends_inside_a_commit   # see BatchRecord.ends_inside_a_commit
@@ -289,7 +301,7 @@ class EventTimeWriter(RecordsPositions):
         if new_seen is not None:
             # Saved last: a batch replayed after a crash finds the watermark it saw the first time. Its
             # commit is the batch's final one: a lost checkpoint is rebuilt with this batch committed.
-            self._save_max(spark, new_max, new_seen, batch_id, txn, record.metadata(final=True))
+            self._save_max(spark, new_max, new_seen, batch_id, txn, record.metadata(final=True), (max_before, seen))
             self._max, self._seen = new_max, new_seen
 
         stats = self.stats
