@@ -39,7 +39,7 @@ from schemas.tables import LATE_ARRIVALS, TableSpec
 from streaming.context import BatchScope, FlowContext, QualityGate, iso_micros
 from streaming.lake_files import has_delta_log
 from streaming.positions import RecordsPositions, UserMetadata
-from streaming.sinks import append_once, dml_once, ensure_table, merge_metrics
+from streaming.sinks import StateWarmer, append_once, dml_once, ensure_table, merge_metrics
 from streaming.transforms.silver import to_late_arrivals
 
 log = logging.getLogger(__name__)
@@ -157,11 +157,33 @@ class Step:
         return self.spark.read.format("delta").load(self.target_path)
 
 
-def quality_of(ctx: FlowContext | None, flow: str, batch_id: int, batch: DataFrame) -> dict:
-    """A Step's quality gate and batch scope (the Kafka offsets of the silver rows the batch read)."""
+def quality_of(ctx: FlowContext | None, flow: str, batch_id: int, batch: DataFrame,
+               offsets: tuple[tuple[str, int, int, int], ...] | None = None) -> dict:
+    """A Step's quality gate and batch scope (the Kafka offsets of the silver rows the batch read, if not given)."""
     if ctx is None or ctx.quality is None:
         return {}
-    return {"quality": ctx.quality, "scope": ctx.batch_scope(flow, batch_id, batch)}
+    return {"quality": ctx.quality, "scope": ctx.batch_scope(flow, batch_id, batch, offsets=offsets)}
+
+
+def _summary(batch: DataFrame, is_late, micros) -> tuple[dict, tuple[tuple[str, int, int, int], ...] | None]:
+    """The batch's row counts and event-time bounds, and the Kafka offsets it covers, in one Spark job.
+
+    The offsets (as `offsets_covered` gives them) are None when the rows carry no Kafka coordinates.
+    """
+    figures = [
+        F.count(F.lit(1)).alias("rows"),
+        F.count(F.when(is_late, 1)).alias("late"),
+        F.max(micros).alias("max"),
+        F.min(F.when(~is_late, micros)).alias("min_on_time"),
+    ]
+    if not {"topic", "partition", "offset"} <= set(batch.columns):
+        return batch.agg(*figures).first().asDict(), None
+    found = batch.groupBy("topic", "partition").agg(*figures, F.min("offset").alias("a"), F.max("offset").alias("b"))
+    found = found.collect()
+    known = lambda name, pick: pick((r[name] for r in found if r[name] is not None), default=None)  # noqa: E731
+    row = {"rows": sum(r["rows"] for r in found), "late": sum(r["late"] for r in found),
+           "max": known("max", max), "min_on_time": known("min_on_time", min)}
+    return row, tuple(sorted((r["topic"], r["partition"], r["a"], r["b"]) for r in found))
 
 
 StepFunction = Callable[[DataFrame, Step], int]
@@ -270,13 +292,10 @@ class EventTimeWriter(RecordsPositions):
         is_late = F.lit(False) if watermark is None else micros < F.lit(watermark)
 
         batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        # The MERGE and the watermark's overwrite each check their txn against their table's whole state.
+        warmer = StateWarmer(spark, [self.target.path(self.lake_root), self.watermark_path])
         try:
-            row = batch.agg(
-                F.count(F.lit(1)).alias("rows"),
-                F.count(F.when(is_late, 1)).alias("late"),
-                F.max(micros).alias("max"),
-                F.min(F.when(~is_late, micros)).alias("min_on_time"),
-            ).first()
+            row, offsets = _summary(batch, is_late, micros)
             rows, n_late, batch_max = row["rows"], row["late"], row["max"]
             if n_late:
                 late = to_late_arrivals(batch.where(is_late), flow=self.flow, table=self.target.name,
@@ -294,10 +313,11 @@ class EventTimeWriter(RecordsPositions):
                           target=self.target, state_root=self.state_root, watermark=watermark,
                           watermark_after=_NOTHING_CLOSES if new_max is None else new_max - self.delay,
                           user_metadata=record.metadata(),
-                          **quality_of(self.ctx, self.flow, batch_id, batch))
+                          **quality_of(self.ctx, self.flow, batch_id, batch, offsets))
                 written = self.step(self.aggregate(batch.where(~is_late)), at)
         finally:
             batch.unpersist()
+            warmer.join()
         if new_seen is not None:
             # Saved last: a batch replayed after a crash finds the watermark it saw the first time. Its
             # commit is the batch's final one: a lost checkpoint is rebuilt with this batch committed.
