@@ -83,8 +83,9 @@ class SilverWriter(RecordsPositions):
         self.stats = SilverBatchStats()
         self._max_micros: object = _UNSET   # the newest event time the watermark counts (see below)
         self._seen_micros: int | None = None  # the newest event time silver holds
+        self._replayed_seen: int | None = None  # after a replayed batch: silver's newest event time its append recorded
 
-    def _start(self, spark: SparkSession) -> None:
+    def _start(self, spark: SparkSession, txn: str, batch_id: int) -> None:
         """Where the watermark stood when this query started: silver's newest event time, or the one held.
 
         Each silver append records silver's newest event time after it (`seen_max_micros`); when that
@@ -94,12 +95,21 @@ class SilverWriter(RecordsPositions):
         A batch that ended inside a source commit held the watermark (`BatchRecord.ends_inside_a_commit`)
         and its silver commit says at what (`held`, and `held_max_micros` unless it had none yet): a query
         restarted there holds it too.
+
+        When that append is this very batch's (same txn app id and batch id), its process stopped before
+        Spark recorded the batch, which now runs again: Delta skips each of its writes, so it starts from
+        the watermark it started from the first time (`started`), and routes each row as it did then.
         """
         self._max_micros = self._seen_micros = None
         if not has_delta_log(spark, self.silver_path):
             return
         last = parse_metadata(last_commit(spark, self.silver_path).user_metadata)
         mine = last is not None and last.get("flow") == self.flow
+        started = last.get("started") if mine else None
+        if isinstance(started, dict) and started.get("txn") == txn and last.get("batch") == batch_id:
+            self._max_micros, self._seen_micros = started.get("max_micros"), started.get("seen_micros")
+            self._replayed_seen = last.get("seen_max_micros")   # silver holds what the first run appended
+            return
         if mine and isinstance(last.get("seen_max_micros"), int):
             # This writer's own append is the newest commit, so nothing has changed silver since it counted.
             self._seen_micros = last["seen_max_micros"]
@@ -114,7 +124,7 @@ class SilverWriter(RecordsPositions):
         batch = self.batch_record(spark, batch_id)
         txn = batch.txn_app_id
         if self._max_micros is _UNSET:
-            self._start(spark)
+            self._start(spark, txn, batch_id)
         max_micros = self._max_micros
         hold = batch.ends_inside_a_commit
         watermark = None if max_micros is None else max_micros - self.delay
@@ -143,6 +153,8 @@ class SilverWriter(RecordsPositions):
             # Silver's newest event time once this batch is in: recorded with its append, kept after it.
             seen = self._seen_micros if new_max is None else (
                 new_max if self._seen_micros is None else max(self._seen_micros, new_max))
+            if self._replayed_seen is not None:
+                seen = max(seen or self._replayed_seen, self._replayed_seen)
             warmer.join()
             if gate is not None:
                 # Before any write: a fail-severity breach must leave nothing of this batch behind.
@@ -162,16 +174,17 @@ class SilverWriter(RecordsPositions):
             if n_new:
                 # Written last: see the module docstring for why the order matters.
                 held = {"held": True, "held_max_micros": max_micros} if hold else {}
+                started = {"txn": txn, "max_micros": max_micros, "seen_micros": self._seen_micros}
                 append_once(fresh, self.silver_path, app_id=txn, batch_id=batch_id,
                             partition_by=self.silver.partition_by,
-                            user_metadata=batch.metadata(final=True, seen_max_micros=seen, **held))
+                            user_metadata=batch.metadata(final=True, seen_max_micros=seen, started=started, **held))
         finally:
             warmer.join()
             if fresh is not None:
                 fresh.unpersist()
             parsed.unpersist()
 
-        self._seen_micros = seen
+        self._seen_micros, self._replayed_seen = seen, None
         if not hold:
             self._max_micros = self._seen_micros
         rows = n_quarantined + n_late + n_valid

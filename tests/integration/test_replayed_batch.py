@@ -1,0 +1,105 @@
+"""A batch replayed after its last write (its process stopped before Spark recorded it) routes its rows as before.
+
+Delta skips each write such a batch made, by its txn id. What it has not written the first time (late
+rows, when it had none) it writes, so it must find the watermark it started from, not the one it left.
+"""
+
+import dataclasses
+from datetime import datetime, timedelta, timezone
+
+from schemas import topics
+from schemas.tables import GOLD_REVENUE_PER_MINUTE, LATE_ARRIVALS, SILVER_ORDERS
+from streaming.context import FlowContext
+from streaming.flows import BY_NAME
+from streaming.generator import generate, iso
+from streaming.lake_files import has_delta_log
+from streaming.transforms.bronze import to_bronze
+
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
+SCHEMA = "event_id string, occurred_at timestamp, currency string, total_cents bigint, item_count int, " \
+         "topic string, partition int, offset bigint, appended_at timestamp, ingested_at timestamp"
+
+
+def orders(spark, *rows):
+    """Silver order rows (event id, minutes after T0, cents), at Kafka offsets 0, 1, ..."""
+    return spark.createDataFrame([
+        (event_id, T0 + timedelta(minutes=minutes), "EUR", cents, 1, "shop.orders.v1", 0, offset, T0, T0)
+        for offset, (event_id, minutes, cents) in enumerate(rows)
+    ], SCHEMA)
+
+
+def revenue(spark, lake: str) -> dict:
+    table = spark.read.format("delta").load(GOLD_REVENUE_PER_MINUTE.path(lake))
+    return {(r["window_start"].astimezone(timezone.utc), r["currency"]): (r["revenue_cents"], r["orders"])
+            for r in table.collect()}
+
+
+def test_a_batch_replayed_after_its_watermark_was_saved_counts_and_lists_nothing_twice(spark, tmp_path):
+    """The first run of batch 0 merged every row; its replay, by a new writer, must not find them late."""
+    lake = str(tmp_path / "lake")
+    flow = BY_NAME["gold_revenue_per_minute"]
+    ctx = FlowContext(lake_root=lake, kafka_bootstrap="unused:1", gold_watermark="10 minutes")
+    # Batch 0 spans 40 minutes: with no watermark before it, every row is on time.
+    batch = orders(spark, ("o1", 0, 100), ("o2", 5, 200), ("o3", 40, 400))
+    flow.batch_writer(ctx)(flow.apply(batch, ctx=ctx), 0)
+    expected = {(T0, "EUR"): (100, 1), (T0 + timedelta(minutes=5), "EUR"): (200, 1),
+                (T0 + timedelta(minutes=40), "EUR"): (400, 1)}
+    assert revenue(spark, lake) == expected
+
+    # The process dies before Spark records batch 0; a new one replays it after the watermark moved to 09:30.
+    replay = flow.batch_writer(ctx)
+    replay(flow.apply(batch, ctx=ctx), 0)
+    assert revenue(spark, lake) == expected
+    late = LATE_ARRIVALS.path(lake)
+    assert not has_delta_log(spark, late) or spark.read.format("delta").load(late).count() == 0
+
+    # The next batch sees the watermark batch 0 left: 40 - 10 = 30 minutes; a row at 20 minutes is late.
+    replay(flow.apply(orders(spark, ("o4", 20, 50), ("o5", 41, 10)), ctx=ctx), 1)
+    expected[(T0 + timedelta(minutes=41), "EUR")] = (10, 1)
+    assert revenue(spark, lake) == expected
+    assert [r["event_id"] for r in spark.read.format("delta").load(late).collect()] == ["o4"]
+
+
+BRONZE = ("key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, partition int, "
+          "offset long, timestamp timestamp, timestampType int")
+
+
+def bronze_orders(spark, *rows, first_offset=0):
+    """Bronze rows of valid orders (event id, minutes after T0), each sent when it occurred."""
+    template = next(r for r in generate(2000, seed=5) if r.topic == topics.ORDERS.name and r.kind == "valid")
+    out = []
+    for offset, (event_id, minutes) in enumerate(rows, start=first_offset):
+        at = T0 + timedelta(minutes=minutes)
+        record = dataclasses.replace(template, event={**template.event, "event_id": event_id, "occurred_at": iso(at)})
+        out.append((record.key, record.encode(at), [("schema", topics.ORDERS.name.encode())], record.topic, 0, offset,
+                    at, 0))
+    return to_bronze(spark.createDataFrame(out, BRONZE))
+
+
+def test_a_silver_batch_replayed_after_its_append_lists_nothing_late_that_silver_holds(spark, tmp_path):
+    """The first run of batch 0 appended every order to silver; its replay, by a new writer, must not find them late."""
+    lake = str(tmp_path / "lake")
+    flow = BY_NAME["silver_orders"]
+    ctx = FlowContext(lake_root=lake, kafka_bootstrap="unused:1", silver_dedup_watermark="10 minutes")
+
+    def writer():   # as a stream's: each commit records the batch (streaming/positions.py)
+        return flow.batch_writer(ctx).record_positions(flow.name, {"bronze_orders": 1})
+
+    batch = bronze_orders(spark, ("o1", 0), ("o2", 5), ("o3", 40))
+    writer()(flow.apply(batch, ctx=ctx), 0)
+
+    def silver():   # read again each time: a loaded Delta DataFrame keeps the version it was loaded at
+        return sorted(r["event_id"] for r in spark.read.format("delta").load(SILVER_ORDERS.path(lake)).collect())
+
+    assert silver() == ["o1", "o2", "o3"]
+
+    replay = writer()
+    replay(flow.apply(batch, ctx=ctx), 0)
+    late = LATE_ARRIVALS.path(lake)
+    assert not has_delta_log(spark, late) or spark.read.format("delta").load(late).count() == 0
+    assert silver() == ["o1", "o2", "o3"]
+
+    # The next batch sees the watermark batch 0 left: 40 - 10 = 30 minutes; an order at 20 minutes is late.
+    replay(flow.apply(bronze_orders(spark, ("o4", 20), ("o5", 41), first_offset=3), ctx=ctx), 1)
+    assert silver() == ["o1", "o2", "o3", "o5"]
+    assert [r["event_id"] for r in spark.read.format("delta").load(late).collect()] == ["o4"]
