@@ -60,6 +60,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from bench import harness
+
 Coords = tuple[str, int, int]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +84,7 @@ class DrillError(RuntimeError):
 
 def stream_env(settings: Any, **extra: str) -> dict[str, str]:
     """The environment of `lakehouse stream` for these settings: no LAKEHOUSE_* variable of the caller leaks in."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")}
+    env = harness.this_checkout({k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")})
     env.update({
         "LAKEHOUSE_HOME": settings.home, "LAKEHOUSE_JARS_DIR": settings.jars_dir,
         "LAKEHOUSE_KAFKA_PORT": str(settings.kafka_port),

@@ -147,7 +147,7 @@ def bench_home(label: str) -> Iterator[Any]:
 
 
 def stream_env(settings) -> dict[str, str]:
-    env = dict(os.environ)
+    env = harness.this_checkout(os.environ)
     env.update({
         "LAKEHOUSE_HOME": settings.home, "LAKEHOUSE_JARS_DIR": settings.jars_dir,
         "LAKEHOUSE_KAFKA_PORT": str(settings.kafka_port),

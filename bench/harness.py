@@ -50,9 +50,19 @@ RESULTS_DIR = ROOT / "bench" / "results"
 EVENTS_PER_SECOND_OF_EVENT_TIME = 20.0             # the generator's clock, as `lakehouse produce`
 SEED = 7                                           # lakehouse produce's default seed
 
-__all__ = ["HEADER", "ROOT", "TABLE_MD", "machine", "say", "bench_home", "private_broker", "spark_session",
+__all__ = ["HEADER", "ROOT", "TABLE_MD", "machine", "say", "this_checkout", "bench_home", "private_broker", "spark_session",
            "send", "order_events", "shop_events", "alternate", "median_ratio", "round_order", "linear_fit",
            "PeakMemory", "QueryClock", "record", "docs_row", "utc_now", "project_context"]
+
+
+def this_checkout(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with this checkout first on PYTHONPATH, for a `lakehouse` process a bench starts.
+
+    The `lakehouse` script of an editable install imports the tree the venv was installed from; a bench
+    run from another checkout (a git worktree of the code before a change) must measure its own code.
+    """
+    paths = [str(ROOT), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def say(message: str) -> None:

@@ -48,7 +48,7 @@ BACKFILLED = "gold_revenue_per_minute"
 
 
 def environment(settings, home: str) -> dict[str, str]:
-    return {**os.environ, "LAKEHOUSE_HOME": home, "LAKEHOUSE_LAKE_ROOT": settings.lake_root,
+    return {**harness.this_checkout(os.environ), "LAKEHOUSE_HOME": home, "LAKEHOUSE_LAKE_ROOT": settings.lake_root,
             "LAKEHOUSE_JARS_DIR": settings.jars_dir, "LAKEHOUSE_KAFKA_PORT": str(settings.kafka_port),
             "LAKEHOUSE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port)}
 

@@ -110,3 +110,17 @@ def test_ingest_profile_reports_each_step_as_its_share_of_the_bronze_flows_time(
     assert "profile" not in ingest.summarize(runs, events=1000, rounds=3, topic=topics.ORDERS,
                                              started_at=datetime(2026, 11, 23, tzinfo=timezone.utc), where="here",
                                              memory_method={})
+
+
+def test_a_lakehouse_process_a_bench_starts_imports_the_benchs_checkout_first():
+    """A worktree's bench must measure the worktree's code, not the tree the venv was installed from."""
+    import os
+    import subprocess
+    import sys
+
+    env = harness.this_checkout({**os.environ, "PYTHONPATH": "/elsewhere"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(harness.ROOT), "/elsewhere"]
+    # As the `lakehouse` script runs: its own folder first on sys.path, not the working directory.
+    found = subprocess.run([sys.executable, "-c", "import sys; sys.path.pop(0); import streaming; print(streaming.__file__)"],
+                           env=env, cwd="/", capture_output=True, text=True, check=True).stdout.strip()
+    assert found == str(harness.ROOT / "streaming" / "__init__.py")
