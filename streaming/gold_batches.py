@@ -39,7 +39,7 @@ from schemas.tables import LATE_ARRIVALS, TableSpec
 from streaming.context import BatchScope, FlowContext, QualityGate, iso_micros
 from streaming.lake_files import has_delta_log
 from streaming.positions import RecordsPositions, UserMetadata
-from streaming.sinks import StateWarmer, append_once, dml_once, ensure_table, merge_metrics
+from streaming.sinks import append_once, dml_once, ensure_table, merge_metrics
 from streaming.transforms.silver import to_late_arrivals
 
 log = logging.getLogger(__name__)
@@ -292,8 +292,6 @@ class EventTimeWriter(RecordsPositions):
         is_late = F.lit(False) if watermark is None else micros < F.lit(watermark)
 
         batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
-        # The MERGE and the watermark's overwrite each check their txn against their table's whole state.
-        warmer = StateWarmer(spark, [self.target.path(self.lake_root), self.watermark_path])
         try:
             row, offsets = _summary(batch, is_late, micros)
             rows, n_late, batch_max = row["rows"], row["late"], row["max"]
@@ -317,7 +315,6 @@ class EventTimeWriter(RecordsPositions):
                 written = self.step(self.aggregate(batch.where(~is_late)), at)
         finally:
             batch.unpersist()
-            warmer.join()
         if new_seen is not None:
             # Saved last: a batch replayed after a crash finds the watermark it saw the first time. Its
             # commit is the batch's final one: a lost checkpoint is rebuilt with this batch committed.
