@@ -166,7 +166,7 @@ def quality_of(ctx: FlowContext | None, flow: str, batch_id: int, batch: DataFra
 
 
 def _summary(batch: DataFrame, is_late, micros) -> tuple[dict, tuple[tuple[str, int, int, int], ...] | None]:
-    """The batch's row counts and event-time bounds, and the Kafka offsets it covers, in one Spark job.
+    """The batch's row counts and event-time bounds, and the Kafka offsets it covers, in one Spark action.
 
     The offsets (as `offsets_covered` gives them) are None when the rows carry no Kafka coordinates.
     """
@@ -180,9 +180,12 @@ def _summary(batch: DataFrame, is_late, micros) -> tuple[dict, tuple[tuple[str, 
         return batch.agg(*figures).first().asDict(), None
     found = batch.groupBy("topic", "partition").agg(*figures, F.min("offset").alias("a"), F.max("offset").alias("b"))
     found = found.collect()
-    known = lambda name, pick: pick((r[name] for r in found if r[name] is not None), default=None)  # noqa: E731
+
+    def over_partitions(name: str, pick: Callable) -> int | None:
+        return pick((r[name] for r in found if r[name] is not None), default=None)
+
     row = {"rows": sum(r["rows"] for r in found), "late": sum(r["late"] for r in found),
-           "max": known("max", max), "min_on_time": known("min_on_time", min)}
+           "max": over_partitions("max", max), "min_on_time": over_partitions("min_on_time", min)}
     return row, tuple(sorted((r["topic"], r["partition"], r["a"], r["b"]) for r in found))
 
 
