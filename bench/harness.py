@@ -50,8 +50,8 @@ RESULTS_DIR = ROOT / "bench" / "results"
 EVENTS_PER_SECOND_OF_EVENT_TIME = 20.0             # the generator's clock, as `lakehouse produce`
 SEED = 7                                           # lakehouse produce's default seed
 
-__all__ = ["HEADER", "ROOT", "TABLE_MD", "machine", "say", "this_checkout", "bench_home", "private_broker", "spark_session",
-           "send", "order_events", "shop_events", "alternate", "median_ratio", "round_order", "linear_fit",
+__all__ = ["HEADER", "ROOT", "TABLE_MD", "machine", "say", "this_checkout", "bench_home", "private_broker",
+           "spark_session", "send", "order_events", "shop_events", "alternate", "median_ratio", "round_order", "linear_fit",
            "PeakMemory", "QueryClock", "record", "docs_row", "utc_now", "project_context"]
 
 

@@ -32,7 +32,7 @@ from typing import Callable, Mapping
 
 from delta.tables import DeltaTable
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from schemas.tables import LATE_ARRIVALS, TableSpec
@@ -165,7 +165,8 @@ def quality_of(ctx: FlowContext | None, flow: str, batch_id: int, batch: DataFra
     return {"quality": ctx.quality, "scope": ctx.batch_scope(flow, batch_id, batch, offsets=offsets)}
 
 
-def _summary(batch: DataFrame, is_late, micros) -> tuple[dict, tuple[tuple[str, int, int, int], ...] | None]:
+def _summary(batch: DataFrame, is_late: Column,
+             micros: Column) -> tuple[dict, tuple[tuple[str, int, int, int], ...] | None]:
     """The batch's row counts and event-time bounds, and the Kafka offsets it covers, in one Spark action.
 
     The offsets (as `offsets_covered` gives them) are None when the rows carry no Kafka coordinates.

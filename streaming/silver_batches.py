@@ -153,8 +153,8 @@ class SilverWriter(RecordsPositions):
             # Silver's newest event time once this batch is in: recorded with its append, kept after it.
             seen = self._seen_micros if new_max is None else (
                 new_max if self._seen_micros is None else max(self._seen_micros, new_max))
-            if self._replayed_seen is not None:
-                seen = max(seen or self._replayed_seen, self._replayed_seen)
+            if self._replayed_seen is not None:   # a replay: silver holds what its first run appended
+                seen = self._replayed_seen if seen is None else max(seen, self._replayed_seen)
             warmer.join()
             if gate is not None:
                 # Before any write: a fail-severity breach must leave nothing of this batch behind.
