@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from batch.compare import day_of, days_predicate, diff_tables, in_days
 from batch.lineage import batch_flows
 from batch.recompute import Shadow, recompute
+from batch.verify import Verdict, verify_flow
 from schemas.tables import LATE_ARRIVALS
 from streaming.context import BatchScope, FlowContext, offsets_covered
 from streaming.flows import FLOWS, Flow
@@ -54,11 +55,16 @@ class TableChange:
     version: int | None = None    # the table's Delta version afterwards
     rewritten: bool = False       # False: the table already equalled the recomputation; nothing written
     duration_s: float = 0.0
+    verdict: Verdict | None = None   # asked for: the whole table afterwards against the same recomputation
 
 
 def backfill_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tuple[date, date], *,
-                  run_id: str = "", catch_up: bool = True) -> TableChange:
-    """Recompute `flow` over its bounded input and replace its table's rows in `days` where they differ."""
+                  run_id: str = "", catch_up: bool = True, verify: bool = False) -> TableChange:
+    """Recompute `flow` over its bounded input and replace its table's rows in `days` where they differ.
+
+    `verify`: also compare the whole table afterwards with that recomputation (`batch.verify`), which is
+    what a matches_batch check in the same run would otherwise recompute the flow for.
+    """
     started = time.monotonic()
     change = TableChange(flow.target.name, flow.name, f"{days[0]}..{days[1]}")
     if catch_up:
@@ -66,12 +72,12 @@ def backfill_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tuple
     path = flow.target.path(ctx.lake_root)
     shadow = Shadow(spark, ctx, f"backfill-{flow.name}")
     try:
-        fresh = recompute(spark, flow, shadow)
-        if fresh is None:
+        full = recompute(spark, flow, shadow)
+        if full is None:
             change.version = table_version(spark, path)
             log.info("backfill %s %s: no input yet, nothing to recompute", change.table, change.days)
             return change
-        fresh = in_days(fresh, flow.target, days)
+        fresh = in_days(full, flow.target, days)
         if ctx.quality is not None:
             validate_partitions(ctx, flow, fresh)
         live = in_days(spark.read.format("delta").load(path), flow.target, days) \
@@ -84,6 +90,8 @@ def backfill_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tuple
             change.rewritten = True
         change.late_absorbed = mark_reconciled(spark, flow, ctx, days, run_id)
         change.version = table_version(spark, path)
+        if verify:
+            change.verdict = verify_flow(spark, flow, ctx, full=full)
     finally:
         shadow.drop()
         if ctx.quality is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Iterable
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from batch.compare import TableDiff, diff_tables, in_days, plain
@@ -60,17 +60,22 @@ def _late_events(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tuple[
 
 
 def verify_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, *, days: tuple[date, date] | None = None,
-                limit: int = 20) -> Verdict:
-    """Compare the flow's table with batch recomputations of the flow over the same input (see the module doc)."""
+                limit: int = 20, full: DataFrame | None = None) -> Verdict:
+    """Compare the flow's table with batch recomputations of the flow over the same input (see the module doc).
+
+    `full`: the flow's recomputation over its whole input when the caller has just made it (a backfill), so
+    it is not made twice.
+    """
     verdict = Verdict(flow.target.name, flow.name)
     path = flow.target.path(ctx.lake_root)
     if not has_delta_log(spark, path):
         verdict.status = "not built"
         return verdict
     live = in_days(spark.read.format("delta").load(path), flow.target, days)
-    shadow = Shadow(spark, ctx, f"verify-{flow.name}")
+    shadow = Shadow(spark, ctx, f"verify-{flow.name}") if full is None else None
     try:
-        full = recompute(spark, flow, shadow)
+        if shadow is not None:
+            full = recompute(spark, flow, shadow)
         verdict.diff, diffs = diff_tables(live, in_days(full, flow.target, days) if full is not None else None,
                                           flow.target, limit=limit)
         if not verdict.diff.differences:
@@ -95,7 +100,8 @@ def verify_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, *, days: tupl
         verdict.status = "discrepant" if verdict.real else "explained"
         return verdict
     finally:
-        shadow.drop()
+        if shadow is not None:
+            shadow.drop()
 
 
 def verified_flows(tables: Iterable[str] | None = None, flows: Iterable[Flow] = FLOWS) -> list[Flow]:

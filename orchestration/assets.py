@@ -11,6 +11,7 @@ from batch.backfill import TableChange, backfill_flow
 from batch.catalog import read_table
 from infra.retention import duration_ms
 from orchestration import served_runs
+from orchestration.checks import VERIFY_CHECK, verdict_record
 from orchestration.partitions import daily, is_partitioned, key_range
 from orchestration.resources import KafkaResource, LakeResource, SparkResource
 from quality.gate import QualityBreach
@@ -236,11 +237,15 @@ def catch_up_table(context, session, main: Flow, ctx, docs: dict[str, str], chec
 
 
 def backfill_table(context, session, main: Flow, ctx, days: tuple[date, date], run_id: str,
-                   checked: bool) -> dg.MaterializeResult:
-    """Recompute a partitioned table's days with the batch lane; what changed and its quality check."""
+                   checked: bool, verify: bool = False) -> dg.MaterializeResult:
+    """Recompute a partitioned table's days with the batch lane; what changed and its quality check.
+
+    `verify`: the run also checks matches_batch, so the backfill compares the whole table with its
+    recomputation after the write and records the verdict for that check.
+    """
     context.log.info(f"backfill {main.target.name} for {days[0]}..{days[1]} with flow {main.name}")
     try:
-        change = backfill_flow(session, main, ctx, days, run_id=run_id)
+        change = backfill_flow(session, main, ctx, days, run_id=run_id, verify=verify)
     except QUALITY_STOPS as stopped:
         return _stopped_result(context, session, main, ctx, stopped, checked)
     return dg.MaterializeResult(
@@ -275,20 +280,28 @@ def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefin
     ) -> dg.MaterializeResult:
         """Partitioned: recompute the run's days with the batch lane. Otherwise: catch up with the source."""
         days = key_range(context) if partitioned else None
+        verify = days is not None and runs_check(context, dg.AssetCheckKey(context.asset_key, VERIFY_CHECK))
         if days is None:
             parts = served_runs.on_endpoint(context, spark, lake, kafka, served_runs.TABLE, asset=main.asset_name,
                                             docs=docs, checked=bool(checks))
         else:
             parts = served_runs.on_endpoint(context, spark, lake, kafka, served_runs.BACKFILL, asset=main.asset_name,
                                             days=[d.isoformat() for d in days], run_id=context.run_id,
-                                            checked=bool(checks))
+                                            checked=bool(checks), verify=verify)
         if parts is not None:
             return served_runs.result_from(parts)
         if days is None:
             return catch_up_table(context, spark.session(), main, lake.flow_context(kafka), docs, bool(checks))
-        return backfill_table(context, spark.session(), main, lake.flow_context(kafka), days, context.run_id, bool(checks))
+        return backfill_table(context, spark.session(), main, lake.flow_context(kafka), days, context.run_id,
+                              bool(checks), verify)
 
     return _table
+
+
+def runs_check(context, key: dg.AssetCheckKey) -> bool:
+    """Whether this run also evaluates `key`, a check defined on its own (not among the asset's check specs)."""
+    selected = context.run.asset_check_selection     # None: every check of the run's job
+    return key in context.job_def.asset_layer.asset_graph.asset_check_keys and (selected is None or key in selected)
 
 
 def backfill_metadata(change: TableChange) -> dict[str, object]:
@@ -299,6 +312,9 @@ def backfill_metadata(change: TableChange) -> dict[str, object]:
         "rows_in_range_before": change.rows_before, "rows_in_range_after": change.rows_after,
         "rewritten": change.rewritten, "delta_version": change.version if change.version is not None else -1,
         "duration_s": change.duration_s,
+        # The matches_batch check of this run reads it instead of recomputing the flow (orchestration/checks.py).
+        **({VERIFY_CHECK: dg.MetadataValue.json({**verdict_record(change.verdict), "delta_version": change.version})}
+           if change.verdict is not None else {}),
     }
 
 

@@ -241,7 +241,7 @@ def serve_step(spark, settings: Settings, body: dict[str, Any], emit: Callable[[
                     batch_log.addHandler(forward)
                     try:
                         result = backfill_table(context, spark, flow, ctx, (first, last), body["run_id"],
-                                                body["checked"])
+                                                body["checked"], body.get("verify", False))
                     finally:
                         batch_log.removeHandler(forward)
                 else:

@@ -87,6 +87,13 @@ def test_every_asset_materializes_against_the_real_broker(spark, broker):
     assert instance.get_materialized_partitions(dg.AssetKey("silver_orders")) == {"2026-11-21", "2026-11-22"}
     for check in result.get_asset_check_evaluations():
         assert check.passed, check
+    # Each backfilled table's matches_batch comes from the backfill's own recomputation, made once.
+    verified = {c.asset_key.to_user_string(): c for c in backfill.get_asset_check_evaluations()
+                if c.check_name == "matches_batch"}
+    assert set(verified) == set(changed), (set(verified) ^ set(changed))
+    for check in verified.values():
+        assert check.passed and check.metadata["verified_by"].value == "this run's backfill step", check
+        assert check.metadata["verified_at_delta_version"].value == changed[check.asset_key.to_user_string()]["delta_version"]
 
     for topic, bronze, silver in (
         (topics.ORDERS, "bronze_orders", "silver_orders"),

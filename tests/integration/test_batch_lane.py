@@ -18,7 +18,7 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from batch.backfill import backfill
+from batch.backfill import backfill, backfill_flow
 from batch.lineage import batch_flows
 from batch.verify import verify
 from schemas import tables, topics
@@ -31,7 +31,7 @@ from streaming.runner import run_flow
 
 pytestmark = pytest.mark.integration
 
-START = datetime(2026, 11, 22, 23, 40, tzinfo=timezone.utc)   # the log crosses midnight: two daily partitions
+START = datetime(2026, 11, 22, 23, 50, tzinfo=timezone.utc)   # the log crosses midnight: two daily partitions
 DAYS = (date(2026, 11, 22), date(2026, 11, 23))
 WAVE = 500
 
@@ -157,3 +157,35 @@ def test_verify_reports_a_planted_difference_row_by_row(spark, lane):
     assert spark.read.format("delta").load(path).where(F.to_date("window_start") == F.lit(other)).collect() == untouched
     [verdict] = verify(spark, ctx, ["gold_revenue_per_minute"])
     assert verdict.status == "clean"
+
+
+def test_a_backfill_asked_to_verify_gives_the_verdict_a_separate_verify_gives_after_it(spark, lane):
+    """The verdict a backfill computes from its own recomputation covers the whole table after its write."""
+    ctx = lane["ctx"]
+    [flow] = [f for f in FLOWS if f.target.name == "gold_revenue_per_minute"]
+    path = flow.target.path(ctx.lake_root)
+    rows = spark.read.format("delta").load(path).orderBy("window_start").collect()
+    planted = {day: next(r for r in rows if r["window_start"].date() == day) for day in DAYS}
+    for row in planted.values():
+        DeltaTable.forPath(spark, path).update(
+            (F.col("window_start") == F.lit(row["window_start"])) & (F.col("currency") == row["currency"]),
+            {"orders": F.col("orders") + 7})
+    fixed, left = DAYS
+
+    change = backfill_flow(spark, flow, ctx, (fixed, fixed), run_id="fix-one", catch_up=False, verify=True)
+    assert (change.changed, change.added, change.removed) == (1, 0, 0)
+    # After the write the fixed day matches; the other day's planted row is still a real discrepancy.
+    verdict = change.verdict
+    assert verdict is not None and verdict.status == "discrepant" and verdict.real == 1
+    [sample] = verdict.discrepancies.samples
+    assert sample["key"] == {"window_start": planted[left]["window_start"].isoformat(), "currency": planted[left]["currency"]}
+    assert sample["stream"]["orders"] == planted[left]["orders"] + 7 and sample["batch"]["orders"] == planted[left]["orders"]
+
+    [separate] = verify(spark, ctx, ["gold_revenue_per_minute"])
+    assert (separate.status, separate.real, separate.explained, separate.late_events) == \
+        (verdict.status, verdict.real, verdict.explained, verdict.late_events)
+    assert (separate.diff.differences, separate.diff.stream_rows, separate.diff.batch_rows) == \
+        (verdict.diff.differences, verdict.diff.stream_rows, verdict.diff.batch_rows)
+
+    again = backfill_flow(spark, flow, ctx, (left, left), run_id="fix-other", catch_up=False, verify=True)
+    assert again.changed == 1 and again.verdict.status == "clean"
