@@ -283,6 +283,9 @@ class Settings:
     quality: bool = _setting(
         True, "Check every silver and gold batch against its table's expectation suite (quality/suites.py); "
         "false skips the checks (for measuring what they cost).", BOOLEAN)
+    serve_warm_up: bool = _setting(
+        True, "Have `lakehouse serve`, once it answers, run a few hundred orders through silver, gold and a backfill "
+        "on a scratch lake, so that the first run sent to it is not a cold one.", BOOLEAN)
     quality_dir: str = _setting(
         "", "Great Expectations' project folder: suites, validation results and the HTML Data Docs.", PATH)
 

@@ -376,7 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "or SIGTERM; Dagster runs on the same lake (lakehouse run, lakehouse backfill, a "
                                    "materialization in the UI, the checks that read tables) run their Spark work there "
                                    "too, one step at a time. Without it each of those starts its own JVM (10-40 s). It "
-                                   "sees tables created later by other processes.")
+                                   "sees tables created later by other processes. Once up, it warms the run path up on "
+                                   "a scratch lake (LAKEHOUSE_SERVE_WARM_UP) so that the first run is not a cold one.")
     p.set_defaults(fn=cmd_serve)
 
     p = sub.add_parser("history", help="list a table's Delta versions, newest first, with what each one wrote",

@@ -34,7 +34,7 @@ log = logging.getLogger("lakehouse")
 CATCH_UP, TABLE, BACKFILL, CHECK = STREAMED
 
 # One run step at a time on the endpoint: two runs of one flow would race for its checkpoint. Queries do not wait.
-_RUN_LOCK = threading.Lock()
+RUN_LOCK = threading.Lock()
 
 
 def endpoint_for(spark: SparkResource, lake: LakeResource) -> Endpoint | None:
@@ -221,7 +221,7 @@ def serve_step(spark, settings: Settings, body: dict[str, Any], emit: Callable[[
             [flow] = [f for f in flow_registry.build_flows(sources.SOURCES) if f.asset_name == asset]
             return flow
 
-        with _RUN_LOCK:
+        with RUN_LOCK:
             if body["kind"] == CATCH_UP:
                 catch_up(context, CatchUpConfig(assets=body["assets"]), _WarmSpark(spark), kafka, lake, sources.SOURCES)
                 emit({"done": True})

@@ -139,6 +139,14 @@ def _handler(run: Callable[[dict[str, Any]], dict[str, Any]],
     return Handler
 
 
+def _warm_up(spark, settings: Settings) -> None:
+    """The run path's warm-up (orchestration/serve_warm_up.py), holding the lock run steps take."""
+    from orchestration.served_runs import RUN_LOCK
+    from orchestration.serve_warm_up import warm_up_runs
+
+    warm_up_runs(spark, settings, RUN_LOCK)
+
+
 def serve(settings: Settings) -> int:
     """Start Spark, warm it on the lake, answer requests until SIGTERM or Ctrl-C; 0 when stopped."""
     from infra.spark import get_spark
@@ -177,6 +185,8 @@ def serve(settings: Settings) -> int:
     tmp.replace(path)   # readers never see half a file
     print(f"lakehouse serve: SQL endpoint for {settings.lake_root} on {HOST}:{endpoint.port} (pid {endpoint.pid}); "
           "lakehouse sql and lakehouse history now use it. Ctrl-C or SIGTERM stops it.", flush=True)
+    if settings.serve_warm_up:
+        threading.Thread(target=_warm_up, args=(spark, settings), name="serve-warm-up", daemon=True).start()
     try:
         while not stop.wait(0.5):
             pass

@@ -22,6 +22,7 @@ JVM = "starting a Spark session"     # what a process that starts Spark logs fir
 
 # A materialization of one asset (of a range of its partitions, if days are given) as the UI makes one: a run
 # of the implicit asset job, in its own process. It prints the materialization's and the checks' metadata.
+WARMED = "warmed up the run path in"
 MATERIALIZE = """
 import json, sys
 from infra.settings import Settings
@@ -75,6 +76,13 @@ def test_serve_answers_sql_and_history_and_sees_tables_created_after_it_started(
         expected = _rows_on(broker.kafka_bootstrap, "shop.customers.v1")
         # The run's catch-up ran in the endpoint's session: one JVM so far, the endpoint's own.
         assert log.read_text().count(JVM) == 1 and log.read_text().count("ran a catch_up step in") == 1, ran.stderr[-2000:]
+        # Before it, the endpoint warmed the run path up on a scratch lake of its own and deleted it: nothing of
+        # the warm-up's silver, gold or backfill is in the lake it serves.
+        text = log.read_text()
+        assert WARMED in text and text.index(WARMED) < text.index("ran a catch_up step in"), text[-3000:]
+        assert not (Path(home) / "serve-warm-up").exists()
+        in_silver = {p.name for p in (Path(home) / "lake" / "silver").iterdir()}   # the run's own stream_progress
+        assert in_silver <= {"stream_progress"} and not (Path(home) / "lake" / "gold").exists(), in_silver
 
         query = lakehouse(broker, "sql", "SELECT count(*) AS n FROM bronze_customers", **env)
         assert query.returncode == 0, query.stderr[-2000:]
