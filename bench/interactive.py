@@ -11,7 +11,9 @@ starts `lakehouse serve` on that lake and times, as a user types them, each comm
 - `lakehouse run bronze_customers` (a Dagster run of one small asset) without an endpoint (the run starts
   its own Spark) and with the endpoint up (the run's catch-up runs in the endpoint's session);
 - `lakehouse backfill` of today's partition of gold_revenue_per_minute (no table reads it), as a partition
-  materialized in the UI runs: the batch lane's recompute and its asset checks, both ways.
+  materialized in the UI runs: the batch lane's recompute and its asset checks, both ways;
+- before those rounds, the first of those backfills sent to a fresh endpoint, once with the endpoint's
+  warm-up of the run path off and once after it (`LAKEHOUSE_SERVE_WARM_UP`).
 
 "Without" runs from a second state folder on the same lake, where no endpoint is recorded. Each round
 runs every case once, the order rotating; the figures are medians after a warm-up of each. The answers
@@ -78,6 +80,36 @@ def start_endpoint(env: dict[str, str], home: str) -> tuple[subprocess.Popen, fl
     return proc, time.perf_counter() - began
 
 
+WARMED = re.compile(r"warmed up the run path in ([\d.]+) s")
+WARM_UP_FAILED = "the warm-up of the run path failed"
+
+
+def stop(endpoint: subprocess.Popen) -> None:
+    endpoint.send_signal(signal.SIGTERM)
+    endpoint.wait(timeout=120)
+
+
+def first_backfill(env: dict[str, str], home: str, log: Path, backfill: tuple[str, ...], *,
+                   warm_up: bool) -> dict[str, float | None]:
+    """A fresh endpoint, its run-path warm-up on or off: the first backfill sent to it once the warm-up has ended."""
+    env = {**env, "LAKEHOUSE_SERVE_WARM_UP": str(warm_up).lower()}
+    seen = len(WARMED.findall(log.read_text())) if log.exists() else 0
+    endpoint, _ = start_endpoint(env, home)
+    try:
+        warm_s = None
+        if warm_up:
+            deadline = time.monotonic() + 600
+            while not (found := WARMED.findall(log.read_text())[seen:]):
+                if WARM_UP_FAILED in log.read_text() or endpoint.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"lakehouse serve's warm-up did not end; see {log}")
+                time.sleep(0.5)
+            warm_s = float(found[0])
+        first = command(env, *backfill)("first")["seconds"]
+    finally:
+        stop(endpoint)
+    return {"warm_up_s": warm_s, "first_backfill_s": first}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.interactive", description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=20_000, help="shop events in the lake (default 20000)")
@@ -98,6 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         cold = environment(settings, cold_home)
         today = harness.utc_now().date().isoformat()   # the newest events' date
         backfill = ("backfill", "--from", today, "--to", today, "--table", BACKFILLED)
+        # A fresh endpoint's first run is its slowest: without the endpoint's warm-up of the run path, then with it.
+        log_path = Path(settings.log_dir) / "lakehouse.log"
+        cold_first = first_backfill(warm, settings.home, log_path, backfill, warm_up=False)
+        warm_first = first_backfill(warm, settings.home, log_path, backfill, warm_up=True)
+        say(f"first backfill sent to a fresh endpoint: {cold_first['first_backfill_s']:.2f} s without its warm-up, "
+            f"{warm_first['first_backfill_s']:.2f} s after it (the warm-up took {warm_first['warm_up_s']:.1f} s)")
+        offset = len(log_path.read_text())   # the log lines of the endpoint the rounds use come after
         endpoint, start_s = start_endpoint(warm, settings.home)
         say(f"lakehouse serve up in {start_s:.1f} s (pid {endpoint.pid})")
         try:
@@ -113,19 +152,19 @@ def main(argv: list[str] | None = None) -> int:
             }
             runs = harness.alternate(sides, args.rounds)
         finally:
-            endpoint.send_signal(signal.SIGTERM)
-            endpoint.wait(timeout=120)
+            stop(endpoint)
         for case in ("query", "typo"):
             answers = {run["out"] for side in (f"{case}, no endpoint", f"{case}, endpoint") for run in runs[side]}
             if len(answers) != 1:
                 raise RuntimeError(f"the {case} answers differ with and without the endpoint: {answers}")
         shutil.rmtree(cold_home, ignore_errors=True)
         # The endpoint logs how long each answer took inside it: the rest of a command's time is its own start.
-        logged = (Path(settings.log_dir) / "lakehouse.log").read_text()
+        logged = log_path.read_text()[offset:]
         inside = [float(m.group(1)) for m in re.finditer(r"answered sql in ([\d.]+) s", logged)]
         steps = [float(m.group(1)) for m in re.finditer(r"ran a catch_up step in ([\d.]+) s", logged)]
         backfills = [float(m.group(1)) for m in re.finditer(r"ran a backfill step in ([\d.]+) s", logged)]
-        checks = len(re.findall(r"ran a check step in ", logged))
+        check_steps = [float(m.group(1)) for m in re.finditer(r"ran a check step in ([\d.]+) s", logged)]
+        checks = len(check_steps)
         for kind, ran in (("run", steps), ("backfill", backfills)):
             if len(ran) < len(runs[f"{kind}, endpoint"]):
                 raise RuntimeError(f"{len(runs[f'{kind}, endpoint'])} {kind}s with the endpoint up, {len(ran)} ran in it")
@@ -138,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"inside the endpoint: median {step_s:.2f} s per catch-up step of lakehouse run ({len(steps)} steps)")
     backfill_s = statistics.median(backfills)
     say(f"inside the endpoint: median {backfill_s:.2f} s per backfill step ({len(backfills)} steps, and {checks} "
-        f"check steps)")
+        f"check steps, {sum(check_steps):.1f} s in all)")
     figure = (f"gold query {median['query, no endpoint']:.1f} s -> {median['query, endpoint']:.2f} s with lakehouse serve "
               f"({median['query, no endpoint'] / median['query, endpoint']:.1f}x; target <= {TARGET_QUERY_S:.0f} s "
               f"{harness.met(median['query, endpoint'] <= TARGET_QUERY_S)}); mistyped table "
@@ -147,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{median['run, endpoint']:.1f} s with lakehouse serve, {step_s:.1f} s of it in the endpoint (target <= {TARGET_RUN_S:.0f} s "
               f"{harness.met(median['run, endpoint'] <= TARGET_RUN_S)}); a one-day backfill of {BACKFILLED} with its "
               f"checks {median['backfill, no endpoint']:.1f} s -> {median['backfill, endpoint']:.1f} s, "
-              f"{backfill_s:.1f} s of it the backfill step in the endpoint")
+              f"{backfill_s:.1f} s of it the backfill step in the endpoint; the first backfill sent to a fresh "
+              f"endpoint {cold_first['first_backfill_s']:.1f} s without its warm-up of the run path, "
+              f"{warm_first['first_backfill_s']:.1f} s after it ({warm_first['warm_up_s']:.1f} s)")
     say(figure)
     if args.no_record:
         return 0
@@ -155,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
               "inside_endpoint_median_s": round(inside_s, 3),
               "run_step_in_endpoint_median_s": round(step_s, 3),
               "backfill_step_in_endpoint_median_s": round(backfill_s, 3), "check_steps_in_endpoint": checks,
+              "first_backfill_s": {"without_warm_up": round(cold_first["first_backfill_s"], 2),
+                                   "after_warm_up": round(warm_first["first_backfill_s"], 2),
+                                   "warm_up_s": warm_first["warm_up_s"]},
+              "check_steps_in_endpoint_s": round(sum(check_steps), 2),
               "median_s": {k: round(v, 3) for k, v in median.items()},
               "runs": {side: harness.rounded([{k: v for k, v in r.items() if k != "out"} for r in rs])
                        for side, rs in runs.items()}}
