@@ -118,6 +118,11 @@ def _is_watermarks(value: Any) -> bool:
     )
 
 
+def _is_triggers(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and re.fullmatch(r"\w+", k) and DURATION.check(v) for k, v in value.items())
+
+
 def _is_path(value: Any) -> bool:
     return isinstance(value, str) and not any(c in value for c in "\0\n")
 
@@ -142,6 +147,9 @@ HOST = _matching(_HOST, "use a host name or an IP address")
 WATERMARKS = Rule(
     'write it as flow=duration;flow=duration, e.g. "gold_sessions=1 hour;gold_order_payments=45 minutes"',
     _parse_pairs, _is_watermarks)
+TRIGGERS = Rule(
+    'write it as name=duration;name=duration with a layer (bronze, silver, gold) or a flow as the name, '
+    'e.g. "gold=5 seconds;bronze_orders=2 seconds"', _parse_pairs, _is_triggers)
 SPARK_CONF = Rule("write it as key=value;key=value with spark.* keys", _parse_conf, _is_conf)
 REPLAY_WINDOW = Rule(
     'use a Spark interval of at least 1 hour such as "7 days" or "1 day 12 hours"',
@@ -269,6 +277,10 @@ class Settings:
     stream_trigger: str = _setting(
         "1 second", "How often `lakehouse stream` starts a micro-batch per flow (Spark's processing-time trigger).",
         DURATION)
+    stream_triggers: Mapping[str, str] = _setting(
+        dict, "Triggers that override LAKEHOUSE_STREAM_TRIGGER for a layer (bronze, silver, gold) or a flow: "
+        "name=duration;name=duration. A flow's own entry wins over its layer's; a slower layer leaves the "
+        "driver's cores to the others.", TRIGGERS)
     stream_report_every: str = _setting(
         "5 seconds", "How often `lakehouse stream` reports each table's progress to Dagster.", DURATION)
     stream_freshness: str = _setting(

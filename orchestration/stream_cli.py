@@ -51,6 +51,11 @@ def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
     from infra.retention import duration_ms
 
     flows = flows_for(FLOWS, args.tables)
+    unknown = sorted(set(settings.stream_triggers) - {"bronze", "silver", "gold"} - {f.name for f in FLOWS})
+    if unknown:
+        print(f"error: LAKEHOUSE_STREAM_TRIGGERS names {', '.join(unknown)}, which is neither a layer (bronze, silver, "
+              "gold) nor a flow; `lakehouse status` lists the flows.")
+        return 2
     other = running_stream(settings)
     if other is not None:
         print(f"error: lakehouse stream is already running on {settings.home} (pid {other}); stop it first "
@@ -66,7 +71,7 @@ def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
     ctx = resources["lake"].flow_context(resources["kafka"])
     report = None if args.no_dagster else _reporter(DagsterReporter(dagster_instance(settings)))
     supervisor = Supervisor(
-        spark, flows, ctx, trigger=settings.stream_trigger, report=report,
+        spark, flows, ctx, trigger=settings.stream_trigger, triggers=settings.stream_triggers, report=report,
         report_every_s=duration_micros(settings.stream_report_every) / 1e6, max_failures=settings.stream_max_restarts,
     )
     stop = threading.Event()
@@ -79,8 +84,9 @@ def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     pid_file(settings).write_text(f"{os.getpid()}\n{' '.join(f.name for f in flows)}\n")
-    log.info("streaming %d flows every %s: %s; Ctrl-C or SIGTERM stops them cleanly", len(flows),
-             settings.stream_trigger, ", ".join(f.name for f in flows))
+    log.info("streaming %d flows every %s%s: %s; Ctrl-C or SIGTERM stops them cleanly", len(flows),
+             settings.stream_trigger, "".join(f", {k} every {v}" for k, v in settings.stream_triggers.items()),
+             ", ".join(f.name for f in flows))
     started = time.monotonic()
     try:
         supervisor.run(stop)
@@ -198,7 +204,8 @@ def add_stream_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "stream", help="run the flows continuously (seconds from send to silver and gold) until Ctrl-C or SIGTERM",
         description="Starts every flow (or the named tables' flows and the flows they read from) as a continuous "
-                    "query in one Spark session, a micro-batch every LAKEHOUSE_STREAM_TRIGGER (default 1 second). "
+                    "query in one Spark session, a micro-batch every LAKEHOUSE_STREAM_TRIGGER (default 1 second; "
+                    "LAKEHOUSE_STREAM_TRIGGERS sets another per layer or flow, e.g. \"gold=5 seconds\"). "
                     "The same flows and checkpoints as the triggered runs (`lakehouse run`, the Dagster catch_up "
                     "job): the two modes can take turns on one lake without losing or repeating a record. A flow "
                     "whose input table does not exist yet starts when it appears. A failed query is restarted after "

@@ -7,7 +7,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -98,12 +98,13 @@ class Supervisor:
     """
 
     def __init__(self, spark: SparkSession, flows: Iterable[Flow], ctx: FlowContext, *, trigger: str = "1 second",
-                 report: Callable[[list[TableReport]], None] | None = None, report_every_s: float = 5.0,
+                 triggers: Mapping[str, str] | None = None, report: Callable[[list[TableReport]], None] | None = None, report_every_s: float = 5.0,
                  metrics_every_s: float = 10.0, max_failures: int = 5, backoff_s: float = 2.0,
                  backoff_max_s: float = 60.0, record_metrics: bool = True):
         self.spark = spark
         self.ctx = ctx
         self.trigger = trigger
+        self.triggers = dict(triggers or {})   # per layer or flow name; a flow's own entry wins
         self.report = report
         self.report_every_s = report_every_s
         self.metrics_every_s = metrics_every_s
@@ -172,7 +173,7 @@ class Supervisor:
         try:
             writer = entry.flow.batch_writer(self.ctx) if entry.flow.output == "batch" else None
             entry.query = start_flow(self.spark, entry.flow, self.ctx,
-                                     trigger={"processingTime": self.trigger}, writer=writer)
+                                     trigger={"processingTime": self.trigger_of(entry.flow)}, writer=writer)
             entry.writer = writer
         except KafkaUnreachable as exc:
             self._failed(entry, str(exc))
@@ -183,7 +184,11 @@ class Supervisor:
         if isinstance(entry.flow.source, TopicSpec):
             entry.watchdog = BrokerWatchdog(entry.query, self.ctx.kafka_bootstrap)
         log.info("flow %s is streaming into %s (trigger every %s)%s", entry.flow.name, entry.flow.target.name,
-                 self.trigger, f", after {entry.failures} failure(s)" if entry.failures else "")
+                 self.trigger_of(entry.flow), f", after {entry.failures} failure(s)" if entry.failures else "")
+
+    def trigger_of(self, flow: Flow) -> str:
+        """The flow's processing-time trigger: its own, else its layer's, else the stream's."""
+        return self.triggers.get(flow.name) or self.triggers.get(flow.target.layer) or self.trigger
 
     def _waiting(self, flow: Flow) -> bool:
         """An input table is created by its first batch upstream; until then the flow waits."""
