@@ -1127,7 +1127,10 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "bench": NAME, "date": harness.utc_now().isoformat(timespec="seconds"), "machine": harness.machine(),
         "command": harness.command_line("bench.freshness", argv), "scope": scope, "tables": args.tables,
-        "minutes": args.minutes, "warm_up_s": args.warm_up, "start_limit_s": args.start_limit, "trigger": defaults.stream_trigger,
+        "minutes": args.minutes, "warm_up_s": args.warm_up, "start_limit_s": args.start_limit,
+        # the stream's processes inherit this environment: its LAKEHOUSE_STREAM_TRIGGERS apply to them
+        "trigger": defaults.stream_trigger + "".join(f", {name} every {every}" for name, every in
+                                                     Settings.from_env().stream_triggers.items()),
         "shuffle_partitions": defaults.spark_shuffle_partitions, "quality": defaults.quality,
         "targets": {"silver_p99_s_at_5000": TARGET_SILVER_P99_S, "gold_p99_s_at_5000": TARGET_GOLD_P99_S,
                     "sustained_silver_p99_s": SUSTAINED_SILVER_P99_S},
