@@ -98,7 +98,8 @@ class Supervisor:
     """
 
     def __init__(self, spark: SparkSession, flows: Iterable[Flow], ctx: FlowContext, *, trigger: str = "1 second",
-                 triggers: Mapping[str, str] | None = None, report: Callable[[list[TableReport]], None] | None = None, report_every_s: float = 5.0,
+                 triggers: Mapping[str, str] | None = None, report: Callable[[list[TableReport]], None] | None = None,
+                 report_every_s: float = 5.0,
                  metrics_every_s: float = 10.0, max_failures: int = 5, backoff_s: float = 2.0,
                  backoff_max_s: float = 60.0, record_metrics: bool = True):
         self.spark = spark
