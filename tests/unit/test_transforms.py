@@ -87,6 +87,10 @@ def order(event_id: str, *, occurred_at: str = "2026-05-01T10:00:00.000Z", custo
     }
 
 
+def line(product: str, quantity: object, unit_price_cents: object) -> dict:
+    return {"product_id": product, "quantity": quantity, "unit_price_cents": unit_price_cents}
+
+
 def page_view(event_id: str, *, page_type: str = "product", product: str | None = "p-0001",
               occurred_at: str = "2026-05-01T10:00:00.000Z", customer: str = "c-00001") -> dict:
     return {
@@ -202,6 +206,14 @@ def test_quarantine_orders_gives_the_expected_reason_per_record(spark):
         encode(with_(order("e-28"), total_cents=10**30)),                         # 28 integer beyond long
         b'{"event_id":"e-29","event_id":"again"}',                                # 29 repeated key
         encode(order("e-30", occurred_at="2026-05-03T10:00:00.000Z")),            # 30 two days ahead of the broker
+        # Lines whose merged JSON kind is not exactly the declared one are checked element by element.
+        encode(order("e-31", lines=[("p-0001", 1, 5), ("p-0002", 1, 2**70)], total=5)),  # 31 price beyond long
+        encode(with_(order("e-32"), lines=[line("p-0001", 1, 5), line("p-0002", 1, 2.5)])),  # 32 a fraction
+        encode(with_(order("e-33"), lines=[line("p-0001", 1, 5), 5])),           # 33 a number for a line
+        encode(with_(order("e-34"), lines=[line("p-0001", 1, 5), None], total_cents=5)),  # 34 a null line
+        encode(order("e-35", lines=[("p-0001", 1, 5), ("p-0002", 2**31, 1)], total=2**31 + 5)),  # 35 beyond int
+        encode(with_(order("e-36", lines=[("p-0001", 1, 5)]),
+                     lines=[{**line("p-0001", 1, 5), "note": "gift"}])),          # 36 a line's unknown field: valid
     ]
     assert reasons_by_offset(quarantined(spark, ORDERS, values)) == {
         1: ("malformed_json", None),
@@ -232,6 +244,11 @@ def test_quarantine_orders_gives_the_expected_reason_per_record(spark):
         28: ("out_of_range", "total_cents"),
         29: ("malformed_json", None),
         30: ("implausible_event_time", "occurred_at"),
+        31: ("out_of_range", "lines"),
+        32: ("wrong_type", "lines"),
+        33: ("wrong_type", "lines"),
+        34: ("contract_violation", "quantity_positive"),
+        35: ("out_of_range", "lines"),
     }
 
 
