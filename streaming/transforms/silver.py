@@ -143,6 +143,11 @@ def _sealed_within(text: Column, seal: Column) -> Column:
     )
 
 
+def _as_variants(payload: StructType) -> str:
+    """A struct type with the payload's field names, each a variant: what an object's fields are cast to."""
+    return "struct<" + ",".join(f"`{f.name.replace('`', '``')}`:variant" for f in payload.fields) + ">"
+
+
 def _first(checks: list[tuple[str, Column]]) -> Column:
     """The name of the first check whose condition holds, else null."""
     return F.coalesce(*[F.when(cond, F.lit(name)) for name, cond in checks]) if checks else F.lit(None)
@@ -180,8 +185,14 @@ def parse_events(
             & F.try_variant_get("_sealed", "$[2]", "variant").isNull(),
             F.lit(False),
         ) | F.col("_deep")).alias("_single"),
-        (F.schema_of_variant(doc).startswith("OBJECT<")).alias("_object"),
-        *[F.try_variant_get(doc, _path(f.name), "variant").alias(f"_v_{f.name}") for f in schema.payload.fields],
+        # The declared fields, in one pass over the document's (null when it is not an object): a lookup
+        # per field reads the object's keys again each time, as new Java strings.
+        F.try_variant_get(doc, "$", _as_variants(schema.payload)).alias("_fields"),
+    )
+    stage = stage.select(
+        *[c for c in stage.columns if c != "_fields"],
+        F.col("_fields").isNotNull().alias("_object"),
+        *[F.col("_fields")[f.name].alias(f"_v_{f.name}") for f in schema.payload.fields],
     )
     raw = {f.name: F.col(f"_v_{f.name}") for f in schema.payload.fields}
     typed = stage.select(
