@@ -114,6 +114,18 @@ def end_offsets(admin: AdminClient, topic: str, partitions: int, timeout_s: floa
             time.sleep(0.3)
 
 
+def _await_metadata(admin: AdminClient, names: set[str], timeout_s: float = 15) -> None:
+    """Wait until the broker's metadata lists the topics just created (at most `timeout_s`).
+
+    The controller accepts a creation before every broker's metadata holds the topic: a fresh-clone CI
+    once saw `lakehouse topics` report a topic it had just created as missing. After the timeout,
+    describe_topics says what is still missing.
+    """
+    deadline = time.monotonic() + timeout_s
+    while names - set(admin.list_topics(timeout=10).topics) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def describe_topics(admin: AdminClient, specs: Iterable[TopicSpec], created: set[str] = frozenset(),
                     replay_window_ms: int = 0) -> list[TopicStatus]:
     """Live partitions, config and end offsets of each topic, and where they differ from the spec (and window)."""
@@ -154,6 +166,7 @@ def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], *, replication_fac
     specs = list(specs)
     admin = admin_client(bootstrap)
     created = _create_missing(admin, specs, replication_factor, replay_window_ms)
+    _await_metadata(admin, created)
     statuses = describe_topics(admin, specs, created, replay_window_ms)
     for status in statuses:
         if status.drift:
