@@ -196,7 +196,8 @@ def parse_events(
     )
     raw = {f.name: F.col(f"_v_{f.name}") for f in schema.payload.fields}
     typed = stage.select(
-        "*", *[F.try_variant_get(raw[f.name], "$", f.dataType.simpleString()).alias(f.name) for f in schema.payload.fields],
+        "*",
+        *[F.try_variant_get(raw[f.name], "$", f.dataType.simpleString()).alias(f.name) for f in schema.payload.fields],
         # Each field's JSON type, once: the absence, type and range checks below all read it.
         *[F.schema_of_variant(raw[f.name]).alias(f"_k_{f.name}") for f in schema.payload.fields],
     )
@@ -210,8 +211,10 @@ def parse_events(
     # A rule that cannot be evaluated (null) does not hold; its arithmetic is the non-throwing kind.
     found = {
         "_missing": _first([(name, absent[name]) for name in schema.required]),
-        "_wrong_type": _first([(f.name, ~_type_ok(raw[f.name], f.dataType, kind[f.name])) for f in schema.payload.fields]),
-        "_out_of_range": _first([(f.name, ~_range_ok(raw[f.name], f.dataType, kind[f.name])) for f in schema.payload.fields]),
+        "_wrong_type": _first([(f.name, ~_type_ok(raw[f.name], f.dataType, kind[f.name]))
+                               for f in schema.payload.fields]),
+        "_out_of_range": _first([(f.name, ~_range_ok(raw[f.name], f.dataType, kind[f.name]))
+                                 for f in schema.payload.fields]),
         "_bad_ts": _first([(ts, ~absent[ts] & F.col(ts).isNull()) for ts in schema.timestamps]),
         "_implausible": _first([(ts, (F.col(ts) < floor) | (F.col(ts) > ceiling)) for ts in schema.timestamps]),
         "_broken_rule": _first([(name, ~F.coalesce(F.expr(sql), F.lit(False))) for name, sql in schema.rules]),
