@@ -133,6 +133,7 @@ PORT = _integer(1, 65535)
 BOOLEAN = Rule("use true, false, yes, no, 1 or 0", _parse_bool, lambda v: isinstance(v, bool))
 DURATION = _matching(rf"{_DURATION_PART}(?: {_DURATION_PART})*",
                      'use a Spark interval such as "30 seconds", "10 minutes", "1 hour" or "1 day 12 hours"', re.I)
+JAVA_OPTIONS = _matching(r"-\S+(?:\s+-\S+)*", "use JVM options, each starting with '-', separated by spaces")
 MEMORY = _matching(r"[1-9]\d*[kmgt]", "use a size such as 512m or 2g (k, m, g or t)", re.I)
 # At most six digits: Delta parses the size into a long and refuses one that overflows it when the stream starts.
 BYTES_OR_ZERO = _matching(r"0|[1-9]\d{0,5}[kmgt]", "use a size such as 128m or 1g (k, m, g or t, up to 6 digits), or 0",
@@ -230,6 +231,10 @@ class Settings:
 
     spark_master: str = _setting("local[*]", "Spark master: local[*] or spark://host:7077.", SPARK_MASTER)
     spark_driver_memory: str = _setting("2g", "Spark driver memory.", MEMORY)
+    spark_java_options: str = _setting(
+        "-XX:+UseParallelGC", "JVM options of the Spark driver (a local master's tasks run in it too), beside the "
+        "project's logging options. The default collector gives more throughput than G1 on few cores; "
+        "-XX:+UseG1GC gives shorter pauses.", JAVA_OPTIONS)
     spark_shuffle_partitions: int = _setting(
         4, "spark.sql.shuffle.partitions (small on one machine).", _integer(1, 100000))
     spark_ui: bool = _setting(False, "Start the Spark web UI (port 4040) with each session.", BOOLEAN)

@@ -51,9 +51,12 @@ def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str
         "spark.ui.enabled": str(settings.spark_ui).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.warehouse.dir": f"{settings.home}/spark-warehouse",
+        # LAKEHOUSE_SPARK_JAVA_OPTIONS, by default the throughput collector: with G1, concurrent marking
+        # (mostly started by large cached buffers, humongous to its 1 MiB regions) took 17-20 s of CPU in
+        # a 1M-event catch-up on 2 cores, and the catch-up took 90-92 s against 81 s (docs/performance.md).
         "spark.driver.extraJavaOptions": (
             f"-Dlog4j2.configurationFile=file:{LOG4J2_FILE} -Dlakehouse.log.dir={log_dir} "
-            f"-Dderby.system.home={settings.home}"
+            f"-Dderby.system.home={settings.home} {settings.spark_java_options}"
         ),
         # Parquet's INT96 (Spark's default) is read as nanoseconds by Arrow-based readers (delta-rs,
         # DuckDB), which cannot hold every instant Spark can; microseconds are what Delta specifies.

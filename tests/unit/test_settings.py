@@ -127,6 +127,18 @@ def test_spark_conf_is_parsed_into_a_dict():
     assert s.spark_conf == {"spark.x": "1", "spark.hadoop.fs.s3a.endpoint": "http://h:9000/?a=b"}
 
 
+def test_java_options_reach_the_driver_after_the_projects_own(tmp_path, jars_dir):
+    """The driver JVM gets the throughput collector by default, another value instead of it, the logging options always."""
+    from infra.spark import spark_conf
+
+    def options(**given) -> str:
+        return spark_conf(Settings(home=str(tmp_path), jars_dir=jars_dir, **given))["spark.driver.extraJavaOptions"]
+
+    assert options().startswith("-Dlog4j2.configurationFile=") and options().endswith(" -XX:+UseParallelGC")
+    chosen = options(spark_java_options="-XX:+UseG1GC -Xss4m")
+    assert chosen.endswith(" -XX:+UseG1GC -Xss4m") and "UseParallelGC" not in chosen and "-Dlog4j2" in chosen
+
+
 def test_spark_conf_item_without_equals_raises_settings_error():
     """An item without '=' in LAKEHOUSE_SPARK_CONF raises SettingsError naming the variable and the item."""
     with pytest.raises(SettingsError) as caught:
@@ -155,7 +167,8 @@ SAMPLES = {
     "LAKEHOUSE_MAVEN_SETTINGS": "/etc/maven/settings.xml", "LAKEHOUSE_KAFKA_BOOTSTRAP": "b1:9092,b2:9092",
     "LAKEHOUSE_KAFKA_HOST": "10.0.0.5", "LAKEHOUSE_KAFKA_PORT": "12345", "LAKEHOUSE_KAFKA_CONTROLLER_PORT": "12346",
     "LAKEHOUSE_KAFKA_HEAP": "1g", "LAKEHOUSE_KAFKA_REPLICATION_FACTOR": "3", "LAKEHOUSE_SPARK_MASTER": "spark://h:7077",
-    "LAKEHOUSE_SPARK_DRIVER_MEMORY": "4g", "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "200", "LAKEHOUSE_SPARK_UI": "true",
+    "LAKEHOUSE_SPARK_DRIVER_MEMORY": "4g", "LAKEHOUSE_SPARK_JAVA_OPTIONS": "-XX:+UseG1GC -Xss4m",
+    "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "200", "LAKEHOUSE_SPARK_UI": "true",
     "LAKEHOUSE_SPARK_CONF": "spark.k=v", "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "500",
     "LAKEHOUSE_MAX_BYTES_PER_TRIGGER": "1g", "LAKEHOUSE_CATCH_UP_PARALLEL": "1",
     "LAKEHOUSE_SILVER_DEDUP_WATERMARK": "2 hours", "LAKEHOUSE_GOLD_WATERMARK": "5 minutes",
@@ -206,6 +219,8 @@ def test_every_described_variable_is_read_by_from_env():
         ("LAKEHOUSE_KAFKA_HEAP", "lots", "512m or 2g"),
         ("LAKEHOUSE_SPARK_DRIVER_MEMORY", "2", "512m or 2g"),
         ("LAKEHOUSE_SPARK_DRIVER_MEMORY", "-2g", "512m or 2g"),
+        ("LAKEHOUSE_SPARK_JAVA_OPTIONS", "UseParallelGC", "each starting with '-'"),
+        ("LAKEHOUSE_SPARK_JAVA_OPTIONS", "-Xss4m; rm", "each starting with '-'"),
         ("LAKEHOUSE_SPARK_MASTER", "local[0]", "local[N]"),
         ("LAKEHOUSE_SPARK_MASTER", "spark://h", "spark://host:port"),
         ("LAKEHOUSE_SPARK_MASTER", "mesos://h:5050", "yarn or k8s://"),
