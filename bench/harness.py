@@ -137,11 +137,16 @@ def docs_row(*cells: str) -> str:
 
 @contextlib.contextmanager
 def bench_home(name: str) -> Iterator[Any]:
-    """A temporary state folder and its Settings (bench ports, the project's jars); removed at the end."""
+    """A temporary state folder and its Settings (bench ports, the project's jars); removed at the end.
+
+    The environment's LAKEHOUSE_SPARK_* settings (master, driver memory and JVM options, shuffle
+    partitions, extra conf) apply, so a bench can measure the engine as configured; nothing else does.
+    """
     from infra.settings import Settings
 
     home = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     settings = Settings.from_env({
+        **{k: v for k, v in os.environ.items() if k.startswith("LAKEHOUSE_SPARK_")},
         "LAKEHOUSE_HOME": str(home),
         "LAKEHOUSE_JARS_DIR": str(ROOT / ".lakehouse" / "jars"),
         "LAKEHOUSE_KAFKA_PORT": str(KAFKA_PORT),

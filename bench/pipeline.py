@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes, memory_method = run_sizes(spark, settings, broker, [args.small, args.events], args.rounds,
                                          seed=args.seed, quality=quality, driver_pid=driver_pid, parallel=parallel)
         spark_conf = {"master": settings.spark_master, "shuffle_partitions": settings.spark_shuffle_partitions,
-                      "driver_memory": settings.spark_driver_memory, "scheduler_mode": "FAIR",
+                      "driver_memory": settings.spark_driver_memory,
+                      "driver_java_options": settings.spark_java_options, "scheduler_mode": "FAIR",
                       "flows_at_once": parallel}
     line = fits(sizes)
     large = sizes[-1]
@@ -261,7 +262,8 @@ def docs_row(result: dict) -> str:
     return harness.docs_row(
         date, f"`{result['command']}`",
         f"shop events (5 topics, produce's fault mix); whole catch-up, {result['flows']} flows via run_flow "
-        f"({result['spark'].get('flows_at_once', 1)} at once), "
+        f"({result['spark'].get('flows_at_once', 1)} at once), driver JVM options "
+        f"`{result['spark'].get('driver_java_options', '(JVM default)')}`, "
         f"availableNow, fresh lake each run, quality gate {'on (project default)' if 'on' in result['quality'] else 'off'}; "
         f"{small['events']:,} and {large['events']:,} events{size_note}, median of {result['rounds']} runs per size "
         f"after a warm-up; before = small size, after = large size",
