@@ -90,8 +90,8 @@ def get_spark(settings: Settings, app_name: str = "lakehouse") -> SparkSession:
     for key, value in spark_conf(settings, app_name).items():
         builder = builder.config(key, value)
     # A new JVM takes seconds to start: say so, so a pause at the start of a command has a reason.
-    log.info("starting a Spark session (%s, driver memory %s): a new JVM", settings.spark_master,
-             settings.spark_driver_memory)
+    log.info("starting a Spark session (%s, driver memory %s, JVM options %s): a new JVM", settings.spark_master,
+             settings.spark_driver_memory, settings.spark_java_options)
     started = time.monotonic()
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
