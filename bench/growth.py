@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         ingest_sizes, ingest_memory = ingest_phase(spark, settings, sizes, args.ingest_rounds, args.seed, driver_pid)
         say("phase 2 of 2: pipeline")
         with harness.private_broker(settings, folder="kafka-pipeline") as broker:
-            pipe_sizes, pipe_memory = pipeline.run_sizes(spark, settings, broker, sizes, args.rounds, seed=args.seed,
+            pipe_sizes, _, pipe_memory = pipeline.run_sizes(spark, settings, broker, sizes, args.rounds, seed=args.seed,
                                                          quality=quality, driver_pid=driver_pid)
 
     fits = {}

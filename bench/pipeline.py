@@ -1,7 +1,7 @@
 """Bench: bronze -> silver -> gold over the shop's mixed topics, events per second and seconds per layer at two sizes.
 
     .venv/bin/python -m bench.pipeline [--events 400000] [--small 100000] [--rounds 2] [--no-quality]
-                                       [--quick] [--record] [--no-record]
+                                       [--quick] [--record] [--no-record] [--floor]
 
 Issue 9, item 5. Target: >= 50,000 events/s through the whole pipeline at 1.6M events on 2 cores.
 The bench starts its own Kafka broker (KRaft, ports 19400/19401, state in a temporary folder, stopped by
@@ -30,6 +30,8 @@ figure is the line's prediction unless --events is 1600000 (a run at that size w
 here). Peak RSS of the Spark driver JVM and the broker JVM per run (bench/harness.py says how). It
 writes bench/results/pipeline.json and appends a row to docs/benchmarks.md. --quick is a smoke run
 (2,000 and 5,000 events, one run each after the warm-up) that records nothing unless --record is given.
+--floor also runs the floor, alternating with each catch-up: the same tables from the same log by the
+barest static Spark jobs (bench/bare_pipeline.py), and reports its line and the pipeline's time over it.
 A figure, never a test.
 """
 
@@ -86,6 +88,42 @@ def make_side(spark, settings, expected: Callable[[], int], *, quality: bool = T
     return pipeline
 
 
+def make_floor(spark, settings, expected: Callable[[], int], *, parallel: int = 1) -> Callable[[str], dict]:
+    """The floor: the same catch-up's work by the barest static Spark jobs (bench.bare_pipeline), into a fresh lake."""
+    from bench.bare_pipeline import run_floor
+
+    runs_root = Path(settings.home) / "runs"
+
+    def floor(label: str) -> dict:
+        folder = runs_root / label
+        ctx = harness.project_context(settings, str(folder / "lake"))
+        try:
+            result = run_floor(spark, ctx, parallel=parallel)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        bronze_rows = sum(n for table, n in result["rows"].items() if table.startswith("bronze_"))
+        if bronze_rows != expected():
+            raise RuntimeError(f"the floor's bronze has {bronze_rows} rows, not the {expected()} events in the log")
+        return {"seconds": result["total_s"], "stages_s": result["stages_s"], "rows": result["rows"]}
+
+    return floor
+
+
+def floor_at_size(runs: list[dict], pipeline: list[dict], events: int) -> dict:
+    """Medians of the floor's runs at one size, and the pipeline's time over the floor's, round by round."""
+    med = statistics.median(r["seconds"] for r in runs)
+    return {
+        "events": events,
+        "median_s": round(med, 3),
+        "events_per_s": round(events / med),
+        "stages_s": {k: round(statistics.median(r["stages_s"][k] for r in runs), 3) for k in runs[0]["stages_s"]},
+        "rows_written": runs[0]["rows"],
+        "pipeline_over_floor": round(harness.median_ratio([p["seconds"] for p in pipeline],
+                                                          [r["seconds"] for r in runs]), 3),
+        "runs": harness.rounded([{k: v for k, v in r.items() if k != "rows"} for r in runs]),
+    }
+
+
 def progress_per_flow() -> None:
     """The runner's own line per flow run (rows, version, seconds): a catch-up takes minutes, so show it moving."""
     logging.getLogger("streaming.runner").setLevel(logging.INFO)
@@ -93,6 +131,9 @@ def progress_per_flow() -> None:
 
 def describe(events: int) -> Callable[[str, dict], str]:
     def said(_name: str, run: dict) -> str:
+        if "stages_s" in run:
+            return f", {events / run['seconds']:,.0f} events/s (" + ", ".join(
+                f"{k} {v:.1f} s" for k, v in run["stages_s"].items()) + ")"
         layers = run["layers_s"]
         return (f", {events / run['seconds']:,.0f} events/s (bronze {layers['bronze']:.1f} s, silver "
                 f"{layers['silver']:.1f} s, gold {layers['gold']:.1f} s)")
@@ -135,21 +176,28 @@ def fits(sizes: list[dict]) -> dict:
 
 
 def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: int = harness.SEED,
-              quality: bool = True, driver_pid: int | None = None, parallel: int = 1) -> tuple[list[dict], dict]:
-    """Preload and catch up at each size in turn (the log grows between sizes); a warm-up before the first."""
+              quality: bool = True, driver_pid: int | None = None, parallel: int = 1,
+              floor: bool = False) -> tuple[list[dict], list[dict], dict]:
+    """Preload and catch up at each size in turn (the log grows between sizes); a warm-up before the first.
+
+    With `floor`, the floor (bench.bare_pipeline) runs beside each catch-up, alternating, first side rotating.
+    """
     events = harness.shop_events(max(sizes), seed=seed)
     in_log = {"n": 0}
-    side = make_side(spark, settings, lambda: in_log["n"], quality=quality, parallel=parallel)
+    sides = {"pipeline": make_side(spark, settings, lambda: in_log["n"], quality=quality, parallel=parallel)}
+    if floor:
+        sides["floor"] = make_floor(spark, settings, lambda: in_log["n"], parallel=parallel)
     probes = [harness.PeakMemory("spark_driver", driver_pid), harness.PeakMemory("broker", broker.pid)]
-    out = []
+    out, floors = [], []
     for i, size in enumerate(sorted(sizes)):
         say(f"log: {in_log['n']:,} -> {size:,} shop events")
         harness.send(events, size - in_log["n"], broker.bootstrap)
         in_log["n"] = size
-        runs = harness.alternate({"pipeline": side}, rounds, probes=probes, warm_up=i == 0,
-                                 describe=describe(size))["pipeline"]
-        out.append(at_size(runs, size))
-    return out, {p.name: p.method for p in probes}
+        runs = harness.alternate(sides, rounds, probes=probes, warm_up=i == 0, describe=describe(size))
+        out.append(at_size(runs["pipeline"], size))
+        if floor:
+            floors.append(floor_at_size(runs["floor"], runs["pipeline"], size))
+    return out, floors, {p.name: p.method for p in probes}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="with --quick: write the JSON and the docs row anyway")
     parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
     parser.add_argument("--seed", type=int, default=harness.SEED, help="generator seed (default 7, as lakehouse produce)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also run the floor, the same work by the barest static Spark jobs (bench.bare_pipeline), "
+                             "alternating with each catch-up")
     parser.add_argument("--parallel", type=int, default=None,
                         help="flows run at once (default: LAKEHOUSE_CATCH_UP_PARALLEL, as lakehouse run)")
     args = parser.parse_args(argv)
@@ -188,8 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         from streaming.flows import FLOWS
 
         parallel = args.parallel or settings.catch_up_parallel
-        sizes, memory_method = run_sizes(spark, settings, broker, [args.small, args.events], args.rounds,
-                                         seed=args.seed, quality=quality, driver_pid=driver_pid, parallel=parallel)
+        sizes, floors, memory_method = run_sizes(spark, settings, broker, [args.small, args.events], args.rounds,
+                                                 seed=args.seed, quality=quality, driver_pid=driver_pid,
+                                                 parallel=parallel, floor=args.floor)
         spark_conf = {"master": settings.spark_master, "shuffle_partitions": settings.spark_shuffle_partitions,
                       "driver_memory": settings.spark_driver_memory,
                       "driver_java_options": settings.spark_java_options, "scheduler_mode": "FAIR",
@@ -219,6 +271,17 @@ def main(argv: list[str] | None = None) -> int:
         "target_met": at_target >= TARGET_EVENTS_PER_S,
         "peak_memory_method": memory_method,
     }
+    if floors:
+        floor_line = harness.linear_fit([f["events"] for f in floors], [f["median_s"] for f in floors])
+        result["floor"] = {
+            "what": "bench.bare_pipeline: the same tables from the same log by the project's pure transforms, one "
+                    "static Spark job per table (read, transform, Delta overwrite), no streaming query, checkpoint, "
+                    "watermark, MERGE or quality gate; the stages' tables as many at once as the catch-up's flows",
+            "sizes": floors,
+            "fit": floor_line.as_dict(),
+            "events_per_s_at_1_6M": floors[-1]["events_per_s"] if measured_at_target
+            else round(TARGET_AT / floor_line.predict(TARGET_AT)),
+        }
     print("\n" + summary(result), flush=True)
     if record:
         harness.record(NAME, result, docs_row(result))
@@ -251,7 +314,19 @@ def summary(result: dict) -> str:
         f"{n} {k:,}" for n, k in sorted(late.items())) or "none"))
     lines.append(f"at 1.6M events: {result['events_per_s_at_1_6M']:,} events/s ({result['events_per_s_at_1_6M_is']}); "
                  f"target {result['target']}: {harness.met(result['target_met'])}")
+    if "floor" in result:
+        lines.append(floor_text(result["floor"]))
     return "\n".join(lines)
+
+
+def floor_text(floor: dict) -> str:
+    """The floor's figures at each size, its line, and the pipeline's time over the floor's."""
+    sizes = "; ".join(f"{s['events']:,}: {s['median_s']:.1f} s, {s['events_per_s']:,} events/s ("
+                      + ", ".join(f"{k} {v:.1f} s" for k, v in s["stages_s"].items())
+                      + f"), pipeline/floor {s['pipeline_over_floor']:.2f}" for s in floor["sizes"])
+    f = floor["fit"]
+    return (f"floor (barest static jobs): {sizes}; line {f['intercept_s']:.1f} s + {f['slope_us_per_event']:.1f} "
+            f"µs/event; at 1.6M {floor['events_per_s_at_1_6M']:,} events/s")
 
 
 def docs_row(result: dict) -> str:
@@ -259,6 +334,7 @@ def docs_row(result: dict) -> str:
     f = result["fit"]
     date = result["date"][:16].replace("T", " ")
     size_note = "" if large["events"] == TARGET_AT else f" ({TARGET_AT:,} takes too long here: extrapolated)"
+    floor = result.get("floor")
     return harness.docs_row(
         date, f"`{result['command']}`",
         f"shop events (5 topics, produce's fault mix); whole catch-up, {result['flows']} flows via run_flow "
@@ -266,14 +342,16 @@ def docs_row(result: dict) -> str:
         f"`{result['spark'].get('driver_java_options', '(JVM default)')}`, "
         f"availableNow, fresh lake each run, quality gate {'on (project default)' if 'on' in result['quality'] else 'off'}; "
         f"{small['events']:,} and {large['events']:,} events{size_note}, median of {result['rounds']} runs per size "
-        f"after a warm-up; before = small size, after = large size",
+        f"after a warm-up; before = small size, after = large size"
+        + (f"; the floor alternating with each catch-up: {floor['what']}" if floor else ""),
         f"{small['events']:,}: {small['median_s']:.1f} s, {small['events_per_s']:,} events/s ({layer_text(small)})",
         f"{large['events']:,}: {large['median_s']:.1f} s, {large['events_per_s']:,} events/s ({layer_text(large)}); "
         f"peak RSS driver {large['max_peak_rss_mib'].get('spark_driver')} MiB, broker "
         f"{large['max_peak_rss_mib'].get('broker')} MiB",
         f"fixed cost {f['total']['intercept_s']:.1f} s + {f['total']['slope_us_per_event']:.1f} µs/event; at 1.6M "
         f"{result['events_per_s_at_1_6M']:,} events/s ({result['events_per_s_at_1_6M_is']}); target "
-        f">= {TARGET_EVENTS_PER_S:,} events/s {harness.met(result['target_met'])}",
+        f">= {TARGET_EVENTS_PER_S:,} events/s {harness.met(result['target_met'])}"
+        + (f"; {floor_text(floor)}" if floor else ""),
         f"{result['machine']}, {result['load_end']} at the end",
     )
 

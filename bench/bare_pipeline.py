@@ -1,0 +1,162 @@
+"""The floor of bench.pipeline --floor: the catch-up's work done by the barest Spark jobs, one static job per table.
+
+The same log, the same pure transforms, the same tables, and nothing of the machinery that makes the
+pipeline incremental and safe: no streaming query, checkpoint, micro-batch cap, watermark, late-arrivals
+capture, MERGE, txn id, recorded position, quality gate or Dagster. Each table is one `spark.read`, the
+project's transform and one Delta overwrite, in four stages (bronze, silver, dimensions, gold), each
+stage's tables `parallel` at once as a catch-up runs its flows:
+
+- bronze: every topic read whole from Kafka (`batch.recompute.read_kafka_range`), `to_bronze`;
+- silver: `parse_events` once per record (persisted), the valid rows (`to_silver`) without duplicate
+  event ids to silver and the rest (`to_quarantine`) to quarantine;
+- dimensions: `to_dimension_changes`, then `scd2_versions` with no earlier versions;
+- gold: each gold table's own pure transform over its whole silver input (`GOLD`, by flow name), the
+  stateful flows' steps replaced by the one-batch transform they keep exact (sliding counts, sessions)
+  or by a plain static join (orders with their payments).
+
+What it leaves out is what the pipeline adds on top of the engine; what it keeps is the work itself.
+Not a product path: a bench's yardstick, like bench.bare_stream for target 3.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+STAGES = ("bronze", "silver", "dimensions", "gold")
+
+
+def _write(df: DataFrame, path: str, partition_by: tuple[str, ...] = (), *, mode: str = "overwrite") -> int:
+    """One Delta write; the rows it wrote, from the commit's own metrics (no second job)."""
+    from delta.tables import DeltaTable
+
+    writer = df.write.format("delta").mode(mode)
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.save(path)
+    metrics = DeltaTable.forPath(df.sparkSession, path).history(1).select("operationMetrics").first()[0] or {}
+    return int(metrics.get("numOutputRows", 0))
+
+
+def _gold(ctx) -> dict[str, Callable[[Callable[[str], DataFrame]], DataFrame]]:
+    """Gold table name -> its computation over whole inputs (`read(table name)`), by the project's pure transforms."""
+    from streaming import flows
+    from streaming.context import duration_micros
+    from streaming.transforms import gold
+
+    orders = lambda read: read("silver_orders")             # noqa: E731
+    views = lambda read: read("silver_page_views")          # noqa: E731
+
+    def velocity(read):
+        new = orders(read).select("order_id", "customer_id", F.col("occurred_at").alias("ordered_at"), "event_id")
+        return gold.to_order_velocity(new, window_micros=duration_micros(ctx.sliding_window), threshold=ctx.sliding_threshold)
+
+    def sessions(read):
+        activity = gold.to_activity_events(views(read), orders(read)).select(
+            "customer_id", F.col("occurred_at").alias("session_start"), F.col("occurred_at").alias("session_end"),
+            (F.col("kind") == "page_view").cast("long").alias("page_views"),
+            (F.col("kind") == "order").cast("long").alias("orders"))
+        return gold.to_sessions(activity, gap_micros=duration_micros(ctx.session_gap)) \
+            .withColumn("ended_in_order", F.col("orders") > 0)
+
+    def order_payments(read):
+        o = orders(read).select("order_id", "customer_id", "total_cents", "currency",
+                                F.col("occurred_at").alias("ordered_at")).alias("o")
+        p = read("silver_payments").select("order_id", "payment_id", "amount_cents", "status",
+                                           F.col("occurred_at").alias("paid_at")).alias("p")
+        within = duration_micros(ctx.payment_within)
+        joined = o.join(p, (F.col("o.order_id") == F.col("p.order_id")) & (F.col("p.paid_at") >= F.col("o.ordered_at"))
+                        & (F.unix_micros("p.paid_at") <= F.unix_micros("o.ordered_at") + within), "full_outer")
+        return joined.select(F.coalesce("o.order_id", "p.order_id").alias("order_id"), "customer_id", "total_cents",
+                             "currency", "ordered_at", "payment_id", "amount_cents", "status", "paid_at")
+
+    def dims(read):
+        return {"dim_products": read("dim_products"), "dim_customers": read("dim_customers")}
+
+    return {
+        "gold_revenue_per_minute": lambda read: gold.to_revenue_per_minute(orders(read)),
+        "gold_page_views_per_product_minute":
+            lambda read: gold.to_page_views_per_product_minute(gold.to_product_page_views(views(read))),
+        "gold_revenue_hopping": lambda read: gold.to_revenue_hopping(
+            orders(read), size=ctx.hopping_window_size, slide=ctx.hopping_window_slide),
+        "gold_order_velocity": velocity,
+        "gold_sessions": sessions,
+        "gold_processing_delay": lambda read: gold.to_processing_delay(gold.to_delay_events(
+            *(read(t.name) for t in flows.EVENT_SOURCES))),
+        "gold_category_revenue_per_minute":
+            lambda read: flows.to_category_revenue(orders(read), dim_products=read("dim_products")),
+        "gold_order_lines_enriched": lambda read: flows.to_enriched_order_lines(orders(read), **dims(read)),
+        "gold_page_views_enriched": lambda read: flows.to_enriched_page_views(views(read), **dims(read)),
+        "gold_order_payments": order_payments,
+    }
+
+
+def run_floor(spark: SparkSession, ctx, *, parallel: int = 3) -> dict:
+    """Every table of the catch-up by the barest static jobs; wall seconds per stage and rows written per table."""
+    from batch.recompute import read_kafka_range
+    from schemas import sources, tables
+    from streaming.flows import FLOWS
+    from streaming.transforms.bronze import to_bronze
+    from streaming.transforms.dimensions import scd2_versions, to_dimension_changes
+    from streaming.transforms.silver import parse_events, to_quarantine, to_silver
+
+    lake = ctx.lake_root
+    specs = {t.name: t for t in tables.all_tables(sources.SOURCES)}
+    gold = _gold(ctx)
+    missing = sorted({f.target.name for f in FLOWS if f.target.layer == "gold"} - set(gold))
+    if missing:
+        raise RuntimeError(f"the floor has no computation for {', '.join(missing)}: add it to bench/bare_pipeline.py")
+    rows: dict[str, int] = {}
+    quarantine = threading.Lock()   # the silver jobs share it; the first append creates it, two would collide
+
+    def read(name: str) -> DataFrame:
+        return spark.read.format("delta").load(specs[name].path(lake))
+
+    def write(df: DataFrame, name: str, *, mode: str = "overwrite") -> None:
+        n = _write(df, specs[name].path(lake), specs[name].partition_by, mode=mode)
+        rows[name] = rows.get(name, 0) + n
+
+    def bronze(source) -> None:
+        write(to_bronze(read_kafka_range(spark, source.topic_spec, ctx, {})), source.bronze_table.name)
+
+    def silver(source) -> None:
+        parsed = parse_events(read(source.bronze_table.name), schema=source.schema,
+                              event_time_floor=ctx.event_time_floor,
+                              max_event_time_ahead=ctx.event_time_max_ahead).persist()
+        try:
+            write(to_silver(parsed, schema=source.schema).dropDuplicates(["event_id"]), source.silver_table.name)
+            with quarantine:
+                write(to_quarantine(parsed, schema=source.schema), tables.QUARANTINE.name, mode="append")
+        finally:
+            parsed.unpersist()
+
+    def dimension(source) -> None:
+        dim = source.dimension
+        changes = to_dimension_changes(read(source.silver_table.name), key=dim.key, attributes=dim.attributes,
+                                       event_time=source.event_time)
+        write(scd2_versions(changes.where(F.lit(False)), changes, key=dim.key, attributes=dim.attributes),
+              source.dimension_table.name)
+
+    def gold_table(name: str) -> None:
+        write(gold[name](read), name)
+
+    stages = {
+        "bronze": [lambda s=s: bronze(s) for s in sources.SOURCES],
+        "silver": [lambda s=s: silver(s) for s in sources.SOURCES],
+        "dimensions": [lambda s=s: dimension(s) for s in sources.SOURCES if s.dimension is not None],
+        "gold": [lambda n=n: gold_table(n) for n in gold],
+    }
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="floor") as pool:
+        for stage in STAGES:
+            t0 = time.perf_counter()
+            for future in [pool.submit(job) for job in stages[stage]]:
+                future.result()
+            seconds[stage] = round(time.perf_counter() - t0, 3)
+    return {"total_s": time.perf_counter() - started, "stages_s": seconds, "rows": rows}
