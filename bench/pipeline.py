@@ -1,7 +1,7 @@
 """Bench: bronze -> silver -> gold over the shop's mixed topics, events per second and seconds per layer at two sizes.
 
     .venv/bin/python -m bench.pipeline [--events 400000] [--small 100000] [--rounds 2] [--no-quality]
-                                       [--quick] [--record] [--no-record] [--floor]
+                                       [--quick] [--record] [--no-record] [--floor] [--marginal FLOW]
 
 Issue 9, item 5. Target: >= 50,000 events/s through the whole pipeline at 1.6M events on 2 cores.
 The bench starts its own Kafka broker (KRaft, ports 19400/19401, state in a temporary folder, stopped by
@@ -30,7 +30,8 @@ figure is the line's prediction unless --events is 1600000 (a run at that size w
 here). Peak RSS of the Spark driver JVM and the broker JVM per run (bench/harness.py says how). It
 writes bench/results/pipeline.json and appends a row to docs/benchmarks.md. --quick is a smoke run
 (2,000 and 5,000 events, one run each after the warm-up) that records nothing unless --record is given.
---floor also runs the floor, alternating with each catch-up: the same tables from the same log by the
+--marginal FLOW also runs the catch-up without that gold flow, alternating, for what one more gold table
+adds to a catch-up. --floor also runs the floor, alternating with each catch-up: the same tables from the same log by the
 barest static Spark jobs (bench/bare_pipeline.py), and reports its line and the pipeline's time over it.
 A figure, never a test.
 """
@@ -56,8 +57,11 @@ LAYERS = ("bronze", "silver", "gold")
 
 
 def make_side(spark, settings, expected: Callable[[], int], *, quality: bool = True,
-              parallel: int = 1) -> Callable[[str], dict]:
-    """One whole catch-up into a fresh lake (removed afterwards); checks bronze took every event in the log."""
+              parallel: int = 1, without: str | None = None) -> Callable[[str], dict]:
+    """One whole catch-up into a fresh lake (removed afterwards); checks bronze took every event in the log.
+
+    `without`: every flow but that one (a gold flow no other flow reads), for what one more gold table costs.
+    """
     from bench.quality import catch_up, layer_of
     from streaming.flows import FLOWS
 
@@ -73,7 +77,7 @@ def make_side(spark, settings, expected: Callable[[], int], *, quality: bool = T
             ctx = dataclasses.replace(ctx, quality=None)
         mark = clock.mark()
         try:
-            result = catch_up(spark, ctx, parallel)
+            result = catch_up(spark, ctx, parallel, [f for f in FLOWS if f.name != without])
             in_batches = clock.since(mark)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -107,6 +111,21 @@ def make_floor(spark, settings, expected: Callable[[], int], *, parallel: int = 
         return {"seconds": result["total_s"], "stages_s": result["stages_s"], "rows": result["rows"]}
 
     return floor
+
+
+def leaf_gold_flows() -> list[str]:
+    """The gold flows no other flow reads: the ones a catch-up can run without (--marginal)."""
+    from streaming.flows import FLOWS
+
+    read = {t.name for f in FLOWS for t in (*f.sources, *f.lookups)}
+    return [f.name for f in FLOWS if f.target.layer == "gold" and f.target.name not in read]
+
+
+def marginal_at_size(without: list[dict], pipeline: list[dict], events: int, flow: str) -> dict:
+    """What the catch-up takes without `flow`, and what that flow adds to it, round by round (median)."""
+    adds = [p["seconds"] - w["seconds"] for p, w in zip(pipeline, without)]
+    return {"events": events, "flow": flow, "without_s": round(statistics.median(w["seconds"] for w in without), 3),
+            "adds_s": round(statistics.median(adds), 3), "adds_per_round_s": [round(a, 3) for a in adds]}
 
 
 def floor_at_size(runs: list[dict], pipeline: list[dict], events: int) -> dict:
@@ -177,18 +196,23 @@ def fits(sizes: list[dict]) -> dict:
 
 def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: int = harness.SEED,
               quality: bool = True, driver_pid: int | None = None, parallel: int = 1,
-              floor: bool = False) -> tuple[list[dict], list[dict], dict]:
+              floor: bool = False, marginal: str | None = None) -> tuple[list[dict], dict, dict]:
     """Preload and catch up at each size in turn (the log grows between sizes); a warm-up before the first.
 
-    With `floor`, the floor (bench.bare_pipeline) runs beside each catch-up, alternating, first side rotating.
+    With `floor`, the floor (bench.bare_pipeline) runs beside each catch-up, alternating, first side rotating;
+    with `marginal`, so does a catch-up without that flow. Their figures per size come second, by side.
     """
     events = harness.shop_events(max(sizes), seed=seed)
     in_log = {"n": 0}
     sides = {"pipeline": make_side(spark, settings, lambda: in_log["n"], quality=quality, parallel=parallel)}
     if floor:
         sides["floor"] = make_floor(spark, settings, lambda: in_log["n"], parallel=parallel)
+    if marginal:
+        sides["without"] = make_side(spark, settings, lambda: in_log["n"], quality=quality, parallel=parallel,
+                                     without=marginal)
     probes = [harness.PeakMemory("spark_driver", driver_pid), harness.PeakMemory("broker", broker.pid)]
-    out, floors = [], []
+    out: list[dict] = []
+    beside: dict[str, list[dict]] = {}
     for i, size in enumerate(sorted(sizes)):
         say(f"log: {in_log['n']:,} -> {size:,} shop events")
         harness.send(events, size - in_log["n"], broker.bootstrap)
@@ -196,8 +220,10 @@ def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: i
         runs = harness.alternate(sides, rounds, probes=probes, warm_up=i == 0, describe=describe(size))
         out.append(at_size(runs["pipeline"], size))
         if floor:
-            floors.append(floor_at_size(runs["floor"], runs["pipeline"], size))
-    return out, floors, {p.name: p.method for p in probes}
+            beside.setdefault("floor", []).append(floor_at_size(runs["floor"], runs["pipeline"], size))
+        if marginal:
+            beside.setdefault("marginal", []).append(marginal_at_size(runs["without"], runs["pipeline"], size, marginal))
+    return out, beside, {p.name: p.method for p in probes}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor", action="store_true",
                         help="also run the floor, the same work by the barest static Spark jobs (bench.bare_pipeline), "
                              "alternating with each catch-up")
+    parser.add_argument("--marginal", metavar="FLOW", choices=leaf_gold_flows(),
+                        help="also run the catch-up without FLOW (a gold flow no other flow reads), alternating, "
+                             "for what one more gold table adds to a catch-up")
     parser.add_argument("--parallel", type=int, default=None,
                         help="flows run at once (default: LAKEHOUSE_CATCH_UP_PARALLEL, as lakehouse run)")
     args = parser.parse_args(argv)
@@ -239,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         from streaming.flows import FLOWS
 
         parallel = args.parallel or settings.catch_up_parallel
-        sizes, floors, memory_method = run_sizes(spark, settings, broker, [args.small, args.events], args.rounds,
+        sizes, beside, memory_method = run_sizes(spark, settings, broker, [args.small, args.events], args.rounds,
                                                  seed=args.seed, quality=quality, driver_pid=driver_pid,
-                                                 parallel=parallel, floor=args.floor)
+                                                 parallel=parallel, floor=args.floor, marginal=args.marginal)
         spark_conf = {"master": settings.spark_master, "shuffle_partitions": settings.spark_shuffle_partitions,
                       "driver_memory": settings.spark_driver_memory,
                       "driver_java_options": settings.spark_java_options, "scheduler_mode": "FAIR",
@@ -271,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
         "target_met": at_target >= TARGET_EVENTS_PER_S,
         "peak_memory_method": memory_method,
     }
-    if floors:
+    if beside.get("marginal"):
+        result["marginal"] = beside["marginal"]
+    if floors := beside.get("floor"):
         floor_line = harness.linear_fit([f["events"] for f in floors], [f["median_s"] for f in floors])
         result["floor"] = {
             "what": "bench.bare_pipeline: the same tables from the same log by the project's pure transforms, one "
@@ -316,7 +347,16 @@ def summary(result: dict) -> str:
                  f"target {result['target']}: {harness.met(result['target_met'])}")
     if "floor" in result:
         lines.append(floor_text(result["floor"]))
+    if "marginal" in result:
+        lines.append(marginal_text(result["marginal"]))
     return "\n".join(lines)
+
+
+def marginal_text(marginal: list[dict]) -> str:
+    """What one more gold table adds to a catch-up, at each size."""
+    return f"one more gold table ({marginal[0]['flow']}) adds: " + "; ".join(
+        f"{m['events']:,}: {m['adds_s']:+.1f} s (without it {m['without_s']:.1f} s; rounds "
+        + ", ".join(f"{a:+.1f}" for a in m["adds_per_round_s"]) + ")" for m in marginal)
 
 
 def floor_text(floor: dict) -> str:
@@ -351,7 +391,8 @@ def docs_row(result: dict) -> str:
         f"fixed cost {f['total']['intercept_s']:.1f} s + {f['total']['slope_us_per_event']:.1f} µs/event; at 1.6M "
         f"{result['events_per_s_at_1_6M']:,} events/s ({result['events_per_s_at_1_6M_is']}); target "
         f">= {TARGET_EVENTS_PER_S:,} events/s {harness.met(result['target_met'])}"
-        + (f"; {floor_text(floor)}" if floor else ""),
+        + (f"; {floor_text(floor)}" if floor else "")
+        + (f"; {marginal_text(result['marginal'])}" if "marginal" in result else ""),
         f"{result['machine']}, {result['load_end']} at the end",
     )
 

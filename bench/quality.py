@@ -60,8 +60,8 @@ def layer_of(flow) -> str:
     return flow.target.layer
 
 
-def catch_up(spark, ctx, parallel: int = 1) -> dict:
-    """Run every flow once to catch up, `parallel` at once; wall time, flow-seconds per layer and per flow, rows, batches, late rows."""
+def catch_up(spark, ctx, parallel: int = 1, flows=None) -> dict:
+    """Run every flow (or `flows`) once to catch up, `parallel` at once; wall time, flow-seconds per layer and per flow, rows, batches, late rows."""
     from streaming.flows import FLOWS
     from streaming.parallel_runs import run_flows
 
@@ -71,7 +71,7 @@ def catch_up(spark, ctx, parallel: int = 1) -> dict:
     batches: dict[str, int] = {}
     late: dict[str, int] = {}    # events each silver or stateful gold flow routed to late_arrivals
     started = time.perf_counter()
-    for outcome in run_flows(spark, FLOWS, ctx, parallel=parallel):
+    for outcome in run_flows(spark, FLOWS if flows is None else flows, ctx, parallel=parallel):
         flow, run = outcome.flow, outcome.run
         if outcome.error is not None:
             raise outcome.error
