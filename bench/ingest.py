@@ -33,8 +33,11 @@ docs/benchmarks.md. --profile adds three sides in the same rotation, to say wher
 (p0) the bare job reading in batches of at most LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER records (500,000), as
 bronze does by default (the issue's bounded batches; the same as (b) while --events fits in one batch),
 (p1) the bare job with includeHeaders and the headers column (bronze keeps them; silver reads the schema
-header), and (p2) bronze's own query started by streaming.runner.start_flow, everything bronze writes,
-without run_flow's reads before and after the query (the table's version, its history for the report);
+header), (p3) the barest job doing bronze's work: the bare query with headers, capped, writing bronze's
+own rows (streaming.transforms.bronze.to_bronze) and nothing else (no recorded positions, no commit
+metadata, no checks before the start), and (p2) bronze's own query started by streaming.runner.start_flow,
+everything bronze writes, without run_flow's reads before and after the query (the table's version, its
+history for the report);
 each is reported as a share of (a)'s time. --quick is a smoke run (20,000 events, one round after the warm-up) that records
 nothing unless --record is given. A figure, never a test.
 """
@@ -60,9 +63,10 @@ TARGET = 0.95
 SIDES = ("bronze", "bare", "raw")
 LABELS = {"bronze": "(a) bronze flow", "bare": "(b) bare Spark Kafka->Delta", "raw": "(c) raw confluent-kafka",
           "bare_capped": "(p0) bare, batches capped as bronze's",
-          "bare_headers": "(p1) bare + headers", "bronze_query": "(p2) bronze's query alone"}
+          "bare_headers": "(p1) bare + headers", "bronze_query": "(p2) bronze's query alone",
+          "bare_same": "(p3) bare, bronze's rows and batches"}
 # --profile: the steps between (b) and (a), to say where bronze's extra time goes.
-PROFILE = ("bare_capped", "bare_headers", "bronze_query")
+PROFILE = ("bare_capped", "bare_headers", "bare_same", "bronze_query")
 
 
 # ---------------------------------------------------------------- (c) raw consumers, one process per partition
@@ -147,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
     parser.add_argument("--seed", type=int, default=harness.SEED, help="generator seed (default 7, as lakehouse produce)")
     parser.add_argument("--profile", action="store_true",
-                        help="three more sides between (b) and (a): (p0) the bare job in batches capped as bronze's "
+                        help="four more sides between (b) and (a): (p0) the bare job in batches capped as bronze's "
                              "(LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER); (p1) the bare job also reading the records' headers; "
+                             "(p3) the bare job writing bronze's rows with headers in capped batches; "
                              "(p2) bronze's own query (streaming.runner.start_flow) without run_flow's reads before "
                              "and after it")
     args = parser.parse_args(argv)
@@ -172,6 +177,7 @@ def make_sides(spark, settings, broker, expected: Callable[[], int], *,
     from schemas import topics
     from streaming.flows import BY_NAME
     from streaming.runner import run_flow, start_flow
+    from streaming.transforms.bronze import to_bronze
 
     topic = topics.ORDERS
     flow = BY_NAME["bronze_orders"]
@@ -209,7 +215,7 @@ def make_sides(spark, settings, broker, expected: Callable[[], int], *,
             raise RuntimeError(f"{label} read {rows} rows, not {expected()}")
         return {"seconds": seconds, "in_batches_s": in_batches, "batches": batches}
 
-    def bare_query(folder: Path, *, headers: bool = False, capped: bool = False):
+    def bare_query(folder: Path, *, headers: bool = False, capped: bool = False, same: bool = False):
         reader = (spark.readStream.format("kafka")
                   .option("kafka.bootstrap.servers", broker.bootstrap)
                   .option("subscribe", topic.name)
@@ -218,8 +224,10 @@ def make_sides(spark, settings, broker, expected: Callable[[], int], *,
             reader = reader.option("includeHeaders", "true")
         if capped and settings.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-        return (reader.load()
-                .select("key", "value", *(["headers"] if headers else []), "topic", "partition", "offset", "timestamp")
+        records = reader.load()
+        rows = to_bronze(records) if same else records.select(
+            "key", "value", *(["headers"] if headers else []), "topic", "partition", "offset", "timestamp")
+        return (rows
                 .writeStream.format("delta").queryName("bench_bare")
                 .option("checkpointLocation", str(folder / "checkpoint"))
                 .trigger(availableNow=True)
@@ -234,6 +242,9 @@ def make_sides(spark, settings, broker, expected: Callable[[], int], *,
     def bare_headers(label: str) -> dict:
         return timed_query(label, lambda folder: bare_query(folder, headers=True))
 
+    def bare_same(label: str) -> dict:
+        return timed_query(label, lambda folder: bare_query(folder, headers=True, capped=True, same=True))
+
     def bronze_query(label: str) -> dict:
         return timed_query(label, lambda folder: start_flow(
             spark, flow, harness.project_context(settings, str(folder / "lake"))))
@@ -246,7 +257,8 @@ def make_sides(spark, settings, broker, expected: Callable[[], int], *,
 
     sides = {"bronze": bronze, "bare": bare, "raw": raw}
     if profile:
-        sides |= {"bare_capped": bare_capped, "bare_headers": bare_headers, "bronze_query": bronze_query}
+        sides |= {"bare_capped": bare_capped, "bare_headers": bare_headers, "bare_same": bare_same,
+                  "bronze_query": bronze_query}
     return sides
 
 
@@ -332,6 +344,10 @@ def summary(result: dict) -> str:
         capped = result["profile"]["bare_capped"]
         lines.append(f"a/p0 {capped['median_of_bronze']} (rounds {capped['of_bronze_per_round']}): bronze against the "
                      f"bare job reading in the same capped batches")
+    if "bare_same" in result.get("profile", {}):
+        same = result["profile"]["bare_same"]
+        lines.append(f"a/p3 {same['median_of_bronze']} (rounds {same['of_bronze_per_round']}): bronze against the "
+                     f"barest job doing the same work (bronze's rows, headers included, in the same capped batches)")
     lines.append(f"a/b {result['ratio_a_b']['median']} (rounds {result['ratio_a_b']['per_round']}), "
                  f"a/c {result['ratio_a_c']['median']} (rounds {result['ratio_a_c']['per_round']})")
     mem = s["bronze"]["max_peak_rss_mib"]
