@@ -31,8 +31,9 @@ here). Peak RSS of the Spark driver JVM and the broker JVM per run (bench/harnes
 writes bench/results/pipeline.json and appends a row to docs/benchmarks.md. --quick is a smoke run
 (2,000 and 5,000 events, one run each after the warm-up) that records nothing unless --record is given.
 --marginal FLOW also runs the catch-up without that gold flow, alternating, for what one more gold table
-adds to a catch-up. --floor also runs the floor, alternating with each catch-up: the same tables from the same log by the
-barest static Spark jobs (bench/bare_pipeline.py), and reports its line and the pipeline's time over it.
+adds to a catch-up. --floor also runs the floor, alternating with each catch-up: the same tables from the
+same log by the barest static Spark jobs (bench/bare_pipeline.py), and reports its line and the
+pipeline's time over it.
 A figure, never a test.
 """
 
