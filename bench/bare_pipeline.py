@@ -10,7 +10,7 @@ stage's tables `parallel` at once as a catch-up runs its flows:
 - silver: `parse_events` once per record (persisted), the valid rows (`to_silver`) without duplicate
   event ids to silver and the rest (`to_quarantine`) to quarantine;
 - dimensions: `to_dimension_changes`, then `scd2_versions` with no earlier versions;
-- gold: each gold table's own pure transform over its whole silver input (`GOLD`, by flow name), the
+- gold: each gold table's own pure transform over its whole silver input (`_gold`, by table name), the
   stateful flows' steps replaced by the one-batch transform they keep exact (sliding counts, sessions)
   or by a plain static join (orders with their payments).
 
@@ -57,10 +57,7 @@ def _gold(ctx) -> dict[str, Callable[[Callable[[str], DataFrame]], DataFrame]]:
         return gold.to_order_velocity(new, window_micros=duration_micros(ctx.sliding_window), threshold=ctx.sliding_threshold)
 
     def sessions(read):
-        activity = gold.to_activity_events(views(read), orders(read)).select(
-            "customer_id", F.col("occurred_at").alias("session_start"), F.col("occurred_at").alias("session_end"),
-            (F.col("kind") == "page_view").cast("long").alias("page_views"),
-            (F.col("kind") == "order").cast("long").alias("orders"))
+        activity = gold.to_activity_intervals(gold.to_activity_events(views(read), orders(read)))
         return gold.to_sessions(activity, gap_micros=duration_micros(ctx.session_gap)) \
             .withColumn("ended_in_order", F.col("orders") > 0)
 

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streaming.gold_batches import Step, StepFunction, on_keys
-from streaming.transforms.gold import to_order_velocity, to_sessions
+from streaming.transforms.gold import to_activity_intervals, to_order_velocity, to_sessions
 from streaming.lake_files import has_delta_log
 
 
@@ -52,13 +52,7 @@ def session_windows(*, gap_micros: int) -> StepFunction:
     """Session windows: new activity merged with the sessions it touches; sessions the watermark passed are closed."""
 
     def step(activity: DataFrame, at: Step) -> int:
-        events = activity.select(
-            "customer_id",
-            F.col("occurred_at").alias("session_start"),
-            F.col("occurred_at").alias("session_end"),
-            F.when(F.col("kind") == "page_view", 1).otherwise(0).cast("long").alias("page_views"),
-            F.when(F.col("kind") == "order", 1).otherwise(0).cast("long").alias("orders"),
-        )
+        events = to_activity_intervals(activity)
         table = at.read_target()
         touched = None
         if table is not None:

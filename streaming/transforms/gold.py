@@ -96,6 +96,17 @@ def to_activity_events(page_views: DataFrame, orders: DataFrame) -> DataFrame:
     return side(page_views, "page_view").unionByName(side(orders, "order"))
 
 
+def to_activity_intervals(activity: DataFrame) -> DataFrame:
+    """Each activity event as a one-instant session interval with its page-view and order counts, as to_sessions takes."""
+    return activity.select(
+        "customer_id",
+        F.col("occurred_at").alias("session_start"),
+        F.col("occurred_at").alias("session_end"),
+        F.when(F.col("kind") == "page_view", 1).otherwise(0).cast("long").alias("page_views"),
+        F.when(F.col("kind") == "order", 1).otherwise(0).cast("long").alias("orders"),
+    )
+
+
 def to_order_payment_events(orders: DataFrame, payments: DataFrame) -> DataFrame:
     """Orders and payments as one stream, so a join sees both sides under one watermark."""
     o = orders.select(
