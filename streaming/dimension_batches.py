@@ -22,6 +22,7 @@ from pyspark.sql.types import BooleanType, StructField, StructType, TimestampTyp
 
 from schemas.tables import TableSpec
 from streaming.context import FlowContext
+from streaming.lake_files import has_delta_log
 from streaming.positions import BatchRecord, RecordsPositions, UserMetadata
 from streaming.sinks import dml_once, merge_metrics
 from streaming.transforms.dimensions import LINEAGE, scd2_versions
@@ -73,6 +74,8 @@ class DimensionWriter(RecordsPositions):
         ])
 
     def _ensure_table(self, spark: SparkSession, schema: StructType) -> None:
+        if has_delta_log(spark, self.path):   # see streaming.sinks.ensure_table
+            return
         builder = DeltaTable.createIfNotExists(spark).location(self.path)
         for f in schema.fields:
             builder = builder.addColumn(f.name, f.dataType, nullable=True, comment=f.metadata.get("comment"))
