@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -29,6 +30,31 @@ def running_stream(settings: Settings) -> int | None:
         return pid
     except (OSError, ValueError, IndexError):
         return None
+
+
+# Measured on two cores: the orders path's 3 flows keep silver seconds fresh, all 22 flows leave it minutes
+# behind (docs/performance.md, thirteenth and fourteenth steps). Above this many flows per core, say so.
+FLOWS_PER_CORE = 4
+
+
+def local_cores(master: str) -> int | None:
+    """The task slots of a local master (local, local[N], local[*], local[N,F]); None for a cluster's."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    slots = match.group(1)
+    return (os.cpu_count() or 1) if slots == "*" else int(slots or 1)
+
+
+def crowded(master: str, flows: int) -> str | None:
+    """One sentence for a stream with more flows than a local master's cores can serve each second, else None."""
+    cores = local_cores(master)
+    if cores is None or flows <= FLOWS_PER_CORE * cores:
+        return None
+    return (f"{flows} flows share {cores} core{'s' if cores > 1 else ''} ({master}): their micro-batches will queue "
+            f"behind each other and silver can fall minutes behind (docs/performance.md); stream only the tables you "
+            f"watch (lakehouse stream TABLE ...), give the other layers slower triggers (LAKEHOUSE_STREAM_TRIGGERS), "
+            f"or run on more cores.")
 
 
 def streamed_flows(settings: Settings) -> list[str]:
@@ -67,6 +93,9 @@ def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
         ensure_topics(settings.kafka_bootstrap, topics, replication_factor=settings.kafka_replication_factor,
                       replay_window_ms=duration_ms(settings.replay_window))
     log.info("starting Spark (%s) for %d flows", settings.spark_master, len(flows))
+    warning = crowded(settings.spark_master, len(flows))
+    if warning:
+        log.warning(warning)
     spark = resources["spark"].session()
     ctx = resources["lake"].flow_context(resources["kafka"])
     report = None if args.no_dagster else _reporter(DagsterReporter(dagster_instance(settings)))
