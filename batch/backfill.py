@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
-from typing import Callable, Iterable
+from typing import Iterable
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
@@ -28,6 +29,7 @@ from pyspark.sql import functions as F
 
 from batch.compare import day_of, days_predicate, diff_tables, in_days
 from batch.lineage import batch_flows
+from batch.parallel import each_flow
 from batch.recompute import Shadow, recompute
 from batch.verify import Verdict, verify_flow
 from schemas.tables import LATE_ARRIVALS
@@ -128,6 +130,16 @@ def _replace(fresh, flow: Flow, path: str, days: tuple[date, date], run_id: str)
 
 def mark_reconciled(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tuple[date, date], run_id: str) -> int:
     """Mark the flow's late arrivals in `days` as folded in by this backfill; returns how many."""
+    with _LATE_ARRIVALS_UPDATE:
+        return _mark_reconciled(spark, flow, ctx, days, run_id)
+
+
+# Flows backfilled at once (batch/parallel.py) update the one late_arrivals table; two UPDATEs that rewrite
+# the same files conflict in Delta, so this process makes them one at a time.
+_LATE_ARRIVALS_UPDATE = threading.Lock()
+
+
+def _mark_reconciled(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tuple[date, date], run_id: str) -> int:
     path = LATE_ARRIVALS.path(ctx.lake_root)
     if not has_delta_log(spark, path):
         return 0
@@ -149,15 +161,14 @@ def mark_reconciled(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tup
 
 def backfill(spark: SparkSession, ctx: FlowContext, days: tuple[date, date], tables: Iterable[str] | None = None, *,
              run_id: str = "", flows: Iterable[Flow] = FLOWS, catch_up: bool = True,
-             progress: Callable[[int, int, Flow, TableChange | None], None] | None = None) -> list[TableChange]:
-    """Backfill `days` of the named tables and everything downstream of them (every table after bronze by default)."""
+             parallel: int = 1) -> list[TableChange]:
+    """Backfill `days` of the named tables and everything downstream of them (every table after bronze by default).
+
+    `parallel`: flows backfilled at once, each after those whose tables it reads.
+    """
     chosen = batch_flows(list(tables or []), flows)
-    changes = []
-    for n, flow in enumerate(chosen, 1):
-        if progress:
-            progress(n - 1, len(chosen), flow, None)
-        change = backfill_flow(spark, flow, ctx, days, run_id=run_id, catch_up=catch_up)
-        changes.append(change)
-        if progress:
-            progress(n, len(chosen), flow, change)
-    return changes
+    # A flow starts when the flows whose tables it reads are backfilled: it recomputes from their new rows.
+    changes = {flow.name: change for flow, change in each_flow(
+        spark, chosen, ctx, lambda session, flow: backfill_flow(session, flow, ctx, days, run_id=run_id, catch_up=catch_up),
+        parallel=parallel)}
+    return [changes[flow.name] for flow in chosen]

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 
 from batch.compare import TableDiff, diff_tables, in_days, plain
 from batch.lineage import batch_flows
+from batch.parallel import each_flow
 from batch.recompute import Inputs, Shadow, recompute, unreconciled_late
 from streaming.context import FlowContext
 from streaming.flows import FLOWS, Flow
@@ -110,15 +111,19 @@ def verified_flows(tables: Iterable[str] | None = None, flows: Iterable[Flow] = 
 
 
 def verify(spark: SparkSession, ctx: FlowContext, tables: Iterable[str] | None = None, *,
-           days: tuple[date, date] | None = None, flows: Iterable[Flow] = FLOWS) -> list[Verdict]:
-    """Verify each named table (all after bronze by default) against the batch lane; one Verdict per table."""
-    verdicts = []
-    for flow in verified_flows(tables, flows):
-        verdict = verify_flow(spark, flow, ctx, days=days)
+           days: tuple[date, date] | None = None, flows: Iterable[Flow] = FLOWS, parallel: int = 1) -> list[Verdict]:
+    """Verify each named table (all after bronze by default) against the batch lane; one Verdict per table.
+
+    `parallel`: tables verified at once (each reads the live lake and writes a shadow of its own).
+    """
+    chosen = verified_flows(tables, flows)
+    verdicts = {}
+    for flow, verdict in each_flow(spark, chosen, ctx, lambda session, f: verify_flow(session, f, ctx, days=days),
+                                   parallel=parallel, independent=True):
         log.info("verify %s: %s (%d differing rows, %d explained by late arrivals, %d real)", verdict.table,
                  verdict.status, verdict.diff.differences if verdict.diff else 0, verdict.explained, verdict.real)
-        verdicts.append(verdict)
-    return verdicts
+        verdicts[flow.name] = verdict
+    return [verdicts[flow.name] for flow in chosen]
 
 
 def describe(verdict: Verdict) -> list[str]:

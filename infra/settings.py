@@ -250,7 +250,8 @@ class Settings:
         "source commit holds the flow's watermark until the commit is read, so the cap changes the batches, "
         "not which events count as late.", BYTES_OR_ZERO)
     catch_up_parallel: int = _setting(
-        3, "Flows a catch-up runs at once (those that do not read each other's tables); 1 runs them one by one.",
+        3, "Flows a catch-up or `lakehouse verify` runs at once (those that do not read each other's tables); "
+        "1 runs them one by one.",
         _integer(1, 64))
     silver_dedup_watermark: str = _setting("1 hour", "How long silver remembers event ids to drop duplicates.", DURATION)
     gold_watermark: str = _setting(

@@ -110,7 +110,7 @@ def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
     ctx = _flow_context(settings)
     spark = get_spark(settings, "lakehouse-verify")
     with Bar("batch.verify", len(verified_flows(args.table or None))):
-        verdicts = verify(spark, ctx, args.table or None, days=_days(args))
+        verdicts = verify(spark, ctx, args.table or None, days=_days(args), parallel=settings.catch_up_parallel)
     rows = [(v.table, v.status, v.diff.differences if v.diff else 0, v.explained, v.real, v.late_events)
             for v in verdicts]
     print(format_table(("table", "status", "differing rows", "explained by late arrivals", "real discrepancies",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from pyspark.sql import SparkSession
 
@@ -30,7 +30,7 @@ class Outcome:
     """How one flow's part of a catch-up ended: its run, the error it raised, or why it was not run."""
 
     flow: Flow
-    run: FlowRun | None = None
+    run: FlowRun | Any = None     # what `run` returned: a FlowRun, unless the caller ran something else
     error: BaseException | None = None
     skipped: str | None = None
 
@@ -50,15 +50,17 @@ def upstream(flows: Sequence[Flow]) -> dict[str, set[str]]:
 
 def run_flows(spark: SparkSession, flows: Sequence[Flow], ctx: FlowContext, *, parallel: int = 1,
               skip: Callable[[Flow], str | None] | None = None,
-              run: Callable[[SparkSession, Flow, FlowContext], FlowRun] = run_flow) -> Iterator[Outcome]:
+              run: Callable[[SparkSession, Flow, FlowContext], Any] = run_flow,
+              independent: bool = False) -> Iterator[Outcome]:
     """Run `flows` (in an order where a flow comes after those it reads) up to `parallel` at once.
 
     Yields each flow's outcome as it ends, in the caller's thread. Just before a flow starts, `skip`
     may return why it must not run (an upstream table failed a blocking check); it sees every outcome
     yielded before. A caller that stops iterating (an error it re-raises) waits for the running flows
-    to finish; nothing more is started. `run` runs one flow (streaming.runner.run_flow).
+    to finish; nothing more is started. `run` runs one flow (streaming.runner.run_flow). `independent`:
+    no flow waits for another (each reads only tables none of `flows` writes, as in a verify).
     """
-    waits = upstream(flows)
+    waits = {flow.name: set() for flow in flows} if independent else upstream(flows)
     pending = list(flows)
     running: dict[Future, Flow] = {}
     done: set[str] = set()

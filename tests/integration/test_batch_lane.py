@@ -27,13 +27,14 @@ from streaming.flows import FLOWS
 from streaming.generator import Mix, ShopGenerator
 from streaming.kafka_topics import ensure_topics
 from streaming.producer import produce
-from streaming.runner import run_flow
+from streaming.parallel_runs import run_flows
 
 pytestmark = pytest.mark.integration
 
 START = datetime(2026, 11, 22, 23, 50, tzinfo=timezone.utc)   # the log crosses midnight: two daily partitions
 DAYS = (date(2026, 11, 22), date(2026, 11, 23))
 WAVE = 500
+PARALLEL = 3    # flows at once, as the project's default catch-up and `lakehouse verify` run them
 
 
 def _minute(iso_ts: str) -> datetime:
@@ -42,7 +43,9 @@ def _minute(iso_ts: str) -> datetime:
 
 
 def _catch_up(spark, ctx):
-    return {flow.name: run_flow(spark, flow, ctx) for flow in FLOWS}
+    outcomes = list(run_flows(spark, FLOWS, ctx, parallel=PARALLEL))
+    assert not [o for o in outcomes if o.error], [(o.flow.name, o.error) for o in outcomes if o.error]
+    return {o.flow.name: o.run for o in outcomes}
 
 
 def _versions(spark, ctx):
@@ -69,7 +72,7 @@ def test_a_backfill_of_a_clean_stream_changes_nothing_in_any_table(spark, lane):
     """Every silver, dimension and gold table the stream wrote equals the batch lane's recomputation of its partitions."""
     ctx = lane["ctx"]
     before = _versions(spark, ctx)
-    changes = backfill(spark, ctx, DAYS, run_id="clean", catch_up=False)  # the fixture just caught up
+    changes = backfill(spark, ctx, DAYS, run_id="clean", catch_up=False, parallel=PARALLEL)  # the fixture just caught up
     built = {c.table for c in changes if c.version is not None}
     assert {f.target.name for f in batch_flows(None)} - built <= {"gold_processing_delay"} or not built - set(before)
     assert len(built) >= 15, f"only {sorted(built)} were built"
@@ -93,7 +96,7 @@ def test_verify_explains_every_late_difference_and_reconciliation_removes_them(s
     late_flows = {r["flow"] for r in late.select("flow").distinct().collect()}
     assert "gold_revenue_per_minute" in late_flows
 
-    verdicts = {v.table: v for v in verify(spark, ctx)}
+    verdicts = {v.table: v for v in verify(spark, ctx, parallel=PARALLEL)}
     assert not [v for v in verdicts.values() if v.status == "discrepant"], \
         {t: v.discrepancies.samples[:3] for t, v in verdicts.items() if v.status == "discrepant"}
     revenue = verdicts["gold_revenue_per_minute"]
@@ -102,11 +105,11 @@ def test_verify_explains_every_late_difference_and_reconciliation_removes_them(s
         if v.status == "explained":
             assert v.late_events > 0 and v.explained == v.diff.differences
 
-    changes = {c.table: c for c in backfill(spark, ctx, DAYS, run_id="nightly", catch_up=False)}
+    changes = {c.table: c for c in backfill(spark, ctx, DAYS, run_id="nightly", catch_up=False, parallel=PARALLEL)}
     assert changes["gold_revenue_per_minute"].late_absorbed == revenue.late_events
     assert changes["gold_revenue_per_minute"].changed + changes["gold_revenue_per_minute"].added > 0
 
-    after = verify(spark, ctx)
+    after = verify(spark, ctx, parallel=PARALLEL)
     assert all(v.status == "clean" for v in after), [(v.table, v.status) for v in after if v.status != "clean"]
 
     # Independently of the code under test: revenue per minute now counts every valid order, late ones too.
@@ -128,7 +131,7 @@ def test_verify_explains_every_late_difference_and_reconciliation_removes_them(s
 
     # Run twice, same table: the second backfill (orders and what reads them) writes nothing.
     versions = _versions(spark, ctx)
-    again = backfill(spark, ctx, DAYS, ["silver_orders"], run_id="again", catch_up=False)
+    again = backfill(spark, ctx, DAYS, ["silver_orders"], run_id="again", catch_up=False, parallel=PARALLEL)
     assert all((c.added, c.changed, c.removed, c.late_absorbed) == (0, 0, 0, 0) for c in again)
     assert _versions(spark, ctx) == versions
 

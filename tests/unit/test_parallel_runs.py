@@ -92,3 +92,12 @@ def test_an_error_is_yielded_and_a_caller_that_stops_waits_for_the_running_flows
     ended = [name for kind, name in runner.events if kind == "end"]
     assert sorted(started) == sorted(ended)          # nothing was left running
     assert "silver_orders" not in started            # nothing that read the failed flow's table started
+
+
+def test_independent_flows_start_without_waiting_for_each_other():
+    """A verify's flows each read the live lake: a gold flow may start before the silver flow it reads has ended."""
+    runner = Recorder()
+    outcomes = list(run_flows(None, FLOWS, None, parallel=len(FLOWS), run=runner, independent=True))
+    assert sorted(o.flow.name for o in outcomes) == sorted(f.name for f in FLOWS)
+    first_end = next(i for i, (kind, _) in enumerate(runner.events) if kind == "end")
+    assert {name for kind, name in runner.events[:first_end] if kind == "start"} == {f.name for f in FLOWS}
