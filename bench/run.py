@@ -23,6 +23,8 @@ BENCHES: dict[str, tuple[str, str]] = {
                                          "and for a small lakehouse run (targets 3 s and 10 s)"),
     "freshness": ("bench.freshness", "send -> silver and send -> gold delay (p50/p95/p99) of `lakehouse stream` at fixed rates "
                                      "(--floor: the barest one-hop job instead)"),
+    "verify": ("bench.verify", "lakehouse verify of every table, one at a time vs LAKEHOUSE_CATCH_UP_PARALLEL at once, "
+                               "same verdicts required"),
 }
 
 

@@ -109,7 +109,7 @@ def docs_row(result: dict) -> str:
         f"required on both sides; median of {result['rounds']} alternating rounds after a warm-up",
         f"one table at a time: {m[SIDES[0]]:.1f} s", f"{result['parallel']} at once: {m[SIDES[1]]:.1f} s",
         f"{result['ratio_before_after']:.2f}x faster ({', '.join(f'{n} {s}' for s, n in result['statuses'].items())})",
-        f"{result['machine']}, load {harness.load_now()}")
+        f"{result['machine']}, {harness.load_now()} at the end")
 
 
 def main(argv: list[str] | None = None) -> int:
