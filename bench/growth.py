@@ -32,7 +32,6 @@ bench/harness.py. It writes bench/results/growth.json and appends a row to docs/
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 
@@ -139,11 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         "fits": fits,
         "fit_note": "least squares through each size's median time; residual = median - line",
     }
-    print("\n" + summary(result), flush=True)
-    if record:
-        harness.record(NAME, result, docs_row(result))
-    else:
-        print(json.dumps(result, indent=2))
+    harness.publish(NAME, result, summary(result), docs_row, record)
     return 0
 
 

@@ -495,6 +495,15 @@ def record(name: str, result: Mapping[str, Any], row: str) -> None:
     say(f"wrote {path.relative_to(ROOT)} and a row in {TABLE_MD.relative_to(ROOT)}")
 
 
+def publish(name: str, result: Mapping[str, Any], text: str, row: Callable[[Mapping[str, Any]], str], keep: bool) -> None:
+    """Print a bench's summary; then record it (`keep`) or print its JSON instead."""
+    print("\n" + text, flush=True)
+    if keep:
+        record(name, result, row(result))
+    else:
+        print(json.dumps(result, indent=2))
+
+
 def met(ok: bool) -> str:
     return "met" if ok else "missed"
 

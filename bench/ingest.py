@@ -45,7 +45,6 @@ nothing unless --record is given. A figure, never a test.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import multiprocessing
 import shutil
@@ -163,11 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     result = measure(args.events, args.rounds, args.seed, profile=args.profile)
     result["command"] = harness.command_line("bench.ingest", argv)
-    print("\n" + summary(result), flush=True)
-    if record:
-        harness.record(NAME, result, docs_row(result))
-    else:
-        print(json.dumps(result, indent=2))
+    harness.publish(NAME, result, summary(result), docs_row, record)
     return 0
 
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import shutil
 import statistics
@@ -314,11 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             "events_per_s_at_1_6M": floors[-1]["events_per_s"] if measured_at_target
             else round(TARGET_AT / floor_line.predict(TARGET_AT)),
         }
-    print("\n" + summary(result), flush=True)
-    if record:
-        harness.record(NAME, result, docs_row(result))
-    else:
-        print(json.dumps(result, indent=2))
+    harness.publish(NAME, result, summary(result), docs_row, record)
     return 0
 
 

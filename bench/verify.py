@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import statistics
 from itertools import islice
@@ -131,11 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     result = measure(args.events, args.rounds, args.parallel)
     result["command"] = harness.command_line("bench.verify", argv)
-    print("\n" + summary(result), flush=True)
-    if record:
-        harness.record(NAME, result, docs_row(result))
-    else:
-        print(json.dumps(result, indent=2))
+    harness.publish(NAME, result, summary(result), docs_row, record)
     return 0
 
 

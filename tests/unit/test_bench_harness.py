@@ -73,6 +73,17 @@ def test_docs_row_is_one_markdown_row_with_escaped_pipes():
     assert row.count(" | ") == 3
 
 
+def test_publish_records_only_when_asked_and_prints_the_json_otherwise(capsys, monkeypatch):
+    written = []
+    monkeypatch.setattr(harness, "record", lambda name, result, row: written.append((name, row)))
+    result = {"bench": "x", "figure": 1.5}
+    harness.publish("x", result, "the summary", lambda r: f"| {r['figure']} |\n", keep=False)
+    out = capsys.readouterr().out
+    assert out.startswith("\nthe summary\n") and '"figure": 1.5' in out and written == []
+    harness.publish("x", result, "the summary", lambda r: f"| {r['figure']} |\n", keep=True)
+    assert written == [("x", "| 1.5 |\n")] and '"figure"' not in capsys.readouterr().out
+
+
 def test_bench_ports_are_the_benches_own():
     assert (harness.KAFKA_PORT, harness.KAFKA_CONTROLLER_PORT) == (19400, 19401)
 
