@@ -200,6 +200,20 @@ def machine_cpu() -> tuple[float, float]:
     return sum(parts) - idle, sum(parts)
 
 
+def trace_heads(text: str, most: int = 3, lines: int = 4) -> list[str]:
+    """The first lines of each distinct JVM or Python trace in a log (a tail of 1,500 characters cuts them off)."""
+    heads: list[str] = []
+    rows = text.splitlines()
+    for i, row in enumerate(rows):
+        if not row.startswith(("\tat ", "\t...")) and ("Exception" in row or "Error" in row):
+            head = "\n".join(rows[i:i + lines])
+            if head not in heads:
+                heads.append(head)
+            if len(heads) == most:
+                break
+    return heads
+
+
 class Stream:
     """`lakehouse stream [TABLE ...]` (or, for --floor, bench.bare_stream) in its own process group; stopped by
     SIGTERM, killed if it hangs."""
@@ -737,6 +751,7 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
                     say(f"{'bench.bare_stream' if floor else 'lakehouse stream'} stopped (exit {code})")
                     result["stream_exit"] = code
                     result["stream_log_tail"] = stream.text()[-1500:]
+                    result["stream_log_traces"] = trace_heads(stream.text())
         # The broker is stopped; the lake stays until the folder is removed.
         result["producer"] = {
             "sent": producer.sent, "delivered": producer.delivered, "failed": producer.failed,

@@ -35,6 +35,8 @@ def running_stream(settings: Settings) -> int | None:
 # Measured on two cores: the orders path's 3 flows keep silver seconds fresh, all 22 flows leave it minutes
 # behind (docs/performance.md, thirteenth and fourteenth steps). Above this many flows per core, say so.
 FLOWS_PER_CORE = 4
+# Measured with bench.freshness on two cores (docs/performance.md, sixteenth step): every flow kept up.
+SIZED_TRIGGERS = "LAKEHOUSE_STREAM_TRIGGERS='bronze=30 seconds;silver=30 seconds;gold=120 seconds'"
 
 
 def local_cores(master: str) -> int | None:
@@ -53,8 +55,8 @@ def crowded(master: str, flows: int) -> str | None:
         return None
     return (f"{flows} flows share {cores} core{'s' if cores > 1 else ''} ({master}): their micro-batches will queue "
             f"behind each other and silver can fall minutes behind (docs/performance.md); stream only the tables you "
-            f"watch (lakehouse stream TABLE ...), give the other layers slower triggers (LAKEHOUSE_STREAM_TRIGGERS), "
-            f"or run on more cores.")
+            f"watch (lakehouse stream TABLE ...), give every layer a slower trigger ({SIZED_TRIGGERS} kept all 22 "
+            f"flows up with 250 events/s on two cores, silver one to two minutes behind), or run on more cores.")
 
 
 def streamed_flows(settings: Settings) -> list[str]:

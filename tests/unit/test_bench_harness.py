@@ -135,3 +135,24 @@ def test_a_lakehouse_process_a_bench_starts_imports_the_benchs_checkout_first():
     found = subprocess.run([sys.executable, "-c", "import sys; sys.path.pop(0); import streaming; print(streaming.__file__)"],
                            env=env, cwd="/", capture_output=True, text=True, check=True).stdout.strip()
     assert found == str(harness.ROOT / "streaming" / "__init__.py")
+
+
+def test_freshness_keeps_the_first_lines_of_each_trace_in_the_stream_log():
+    from bench.freshness import trace_heads
+
+    log = "\n".join([
+        "10:22:40 gold_sessions +200; Kafka lag 0 records",
+        'Exception in thread "stream execution thread for silver_orders" java.lang.StackOverflowError',
+        "\tat java.base/java.util.regex.Pattern$Loop.match(Pattern.java:4898)",
+        *["\tat java.base/java.util.regex.Pattern$GroupHead.match(Pattern.java:4789)"] * 50,
+        "Caused by: java.io.IOException: gone",
+        "\tat a.b.C.d(C.java:1)",
+        "10:22:42 stopped after 551 s; every checkpoint is consistent",
+    ])
+    heads = trace_heads(log, lines=2)
+    assert heads == [
+        'Exception in thread "stream execution thread for silver_orders" java.lang.StackOverflowError\n'
+        "\tat java.base/java.util.regex.Pattern$Loop.match(Pattern.java:4898)",
+        "Caused by: java.io.IOException: gone\n\tat a.b.C.d(C.java:1)",
+    ]
+    assert trace_heads("10:22:42 stopped after 551 s") == []

@@ -53,3 +53,12 @@ def test_a_stream_with_more_flows_than_a_local_master_serves_is_told_so_in_one_s
     assert crowded("local[*]", 3) is None
     assert crowded("spark://h:7077", len(FLOWS)) is None
     assert crowded("local[2]", 2 * FLOWS_PER_CORE) is None and crowded("local[2]", 2 * FLOWS_PER_CORE + 1)
+
+
+def test_the_triggers_the_warning_proposes_are_a_valid_setting():
+    from infra.settings import Settings
+    from orchestration.stream_cli import SIZED_TRIGGERS
+
+    name, value = SIZED_TRIGGERS.split("=", 1)
+    triggers = Settings.from_env({name: value.strip("'")}).stream_triggers
+    assert dict(triggers) == {"bronze": "30 seconds", "silver": "30 seconds", "gold": "120 seconds"}
