@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from streaming.context import FlowContext
 from streaming.flows import Flow
 from streaming.parallel_runs import run_flows
+from streaming.runner import in_flow_pool
 
 T = TypeVar("T")
 
@@ -38,12 +39,7 @@ def each_flow(spark: SparkSession, flows: Sequence[Flow], ctx: FlowContext, work
 
     def run(_: SparkSession, flow: Flow, __: FlowContext) -> T:
         session = spark.newSession()
-        sc = spark.sparkContext
-        sc.setLocalProperty("spark.scheduler.pool", flow.name)
-        try:
-            return work(session, flow)
-        finally:
-            sc.setLocalProperty("spark.scheduler.pool", None)
+        return in_flow_pool(spark, flow, lambda: work(session, flow))
 
     for outcome in run_flows(spark, flows, ctx, parallel=parallel, run=run, independent=independent):
         if outcome.error is not None:

@@ -8,7 +8,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -30,6 +30,7 @@ from streaming.silver_batches import SilverBatchStats
 from streaming.sources import read_delta_stream, read_kafka_stream, stream_path
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -89,21 +90,22 @@ def start_flow(
             sources={s.name: "" if isinstance(s, TopicSpec) else stream_path(s, ctx) for s in flow.sources},
             starting=resume.starting,
         ))
-        return _start_in_pool(spark, flow, lambda: query_writer.foreachBatch(writer).start())
+        return in_flow_pool(spark, flow, lambda: query_writer.foreachBatch(writer).start())
     if flow.target.partition_by:
         query_writer = query_writer.partitionBy(*flow.target.partition_by)
     # Delta's streaming sink commits (query id, batch id) with each write: a replayed batch is skipped.
     # Its rows carry their Kafka coordinates, which are its positions (bronze_positions); the commits name the flow.
     query_writer = query_writer.option("userMetadata", commit_metadata(flow.name, None, None))
-    return _start_in_pool(spark, flow, lambda: query_writer.format("delta").outputMode("append").start(path))
+    return in_flow_pool(spark, flow, lambda: query_writer.format("delta").outputMode("append").start(path))
 
 
-def _start_in_pool(spark: SparkSession, flow: Flow, start: Any) -> StreamingQuery:
-    """Start the query with its jobs in a fair-scheduler pool named after the flow.
+def in_flow_pool(spark: SparkSession, flow: Flow, start: Callable[[], T]) -> T:
+    """Call `start` with the jobs it starts in a fair-scheduler pool named after the flow.
 
-    Several queries share the session (a stream runs every flow, a catch-up several at once); with
-    spark.scheduler.mode=FAIR (infra/spark.py) each pool gets its share of the cores, so a small flow's
-    jobs are not queued behind a big flow's. The query's thread inherits the property when it starts.
+    Several queries share the session (a stream runs every flow, a catch-up several at once, the batch
+    lane several recomputations); with spark.scheduler.mode=FAIR (infra/spark.py) each pool gets its share
+    of the cores, so a small flow's jobs are not queued behind a big flow's. A query's thread inherits the
+    property when it starts.
     """
     sc = spark.sparkContext
     before = sc.getLocalProperty("spark.scheduler.pool")
