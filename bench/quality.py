@@ -41,6 +41,7 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -71,20 +72,22 @@ def catch_up(spark, ctx, parallel: int = 1, flows=None) -> dict:
     batches: dict[str, int] = {}
     late: dict[str, int] = {}    # events each silver or stateful gold flow routed to late_arrivals
     started = time.perf_counter()
-    for outcome in run_flows(spark, FLOWS if flows is None else flows, ctx, parallel=parallel):
-        flow, run = outcome.flow, outcome.run
-        if outcome.error is not None:
-            raise outcome.error
-        if run.waiting_for:
-            raise RuntimeError(f"flow {flow.name} found no input ({', '.join(run.waiting_for)}): the bench's "
-                               "events did not reach every table")
-        per_layer[layer_of(flow)] += run.duration_s
-        per_flow[flow.name] = round(run.duration_s, 3)
-        rows[flow.name] = run.rows_written
-        batches[flow.name] = run.batches
-        stats = run.silver or run.gold
-        if stats is not None:
-            late[flow.name] = stats.late
+    # As the catch_up job does: the flows' validation results are written once, after the last flow.
+    with ctx.quality.holding_results(spark) if ctx.quality is not None else nullcontext():
+        for outcome in run_flows(spark, FLOWS if flows is None else flows, ctx, parallel=parallel):
+            flow, run = outcome.flow, outcome.run
+            if outcome.error is not None:
+                raise outcome.error
+            if run.waiting_for:
+                raise RuntimeError(f"flow {flow.name} found no input ({', '.join(run.waiting_for)}): the bench's "
+                                   "events did not reach every table")
+            per_layer[layer_of(flow)] += run.duration_s
+            per_flow[flow.name] = round(run.duration_s, 3)
+            rows[flow.name] = run.rows_written
+            batches[flow.name] = run.batches
+            stats = run.silver or run.gold
+            if stats is not None:
+                late[flow.name] = stats.late
     return {"total_s": time.perf_counter() - started, "layers_s": {k: round(per_layer[k], 3) for k in LAYERS},
             "flows_s": per_flow, "rows": rows, "batches": batches, "late": late}
 

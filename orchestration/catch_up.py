@@ -9,6 +9,8 @@ partitioned, get one materialization each. The UI shows the truth: which days th
 which days a backfill recomputed.
 """
 
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 
 import dagster as dg
 
@@ -26,6 +28,7 @@ from streaming import flows as flow_registry
 from streaming.kafka_topics import ensure_topics
 from streaming.progress import ProgressRecorder
 from streaming.parallel_runs import run_flows
+from streaming.runner import FlowRun, in_flow_pool, run_flow
 
 CATCH_UP_JOB = "catch_up"
 
@@ -96,7 +99,9 @@ def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: Spark
     blocked: dict[str, str] = {}    # table -> the breach that stopped it (or an upstream table)
     progress = ProgressRecorder(ctx.lake_root, mode="catch-up")
     try:
-        _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progress, lake.catch_up_parallel)
+        # The flows' validation results are written once, when the last flow has ended.
+        with ctx.quality.holding_results(session) if ctx.quality is not None else nullcontext():
+            _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progress, lake.catch_up_parallel)
     finally:
         progress.flush(session)     # every micro-batch's progress, also of a run that failed part way
     if blocked:
@@ -104,11 +109,46 @@ def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: Spark
         raise dg.Failure(description=first, metadata={"blocked_tables": ", ".join(blocked)})
 
 
+@dataclass
+class _Caught:
+    """A flow's run and what the catch-up records about it, read in the flow's own worker thread."""
+
+    run: FlowRun
+    metadata: dict[str, object]
+    days: list[str] | None            # a partitioned table: the daily partitions its commits touched
+    notes: list[str] = field(default_factory=list)   # lines for the run's log, written by the op's thread
+
+    def info(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def _caught_up(session, flow, ctx, docs: dict[str, str], partitions: dg.PartitionsDefinition) -> _Caught:
+    """Run one flow, then read what its materializations say (row count, columns, touched days).
+
+    Those reads are Spark jobs of their own; made here, in the flow's worker thread and fair-scheduler
+    pool, they overlap the other flows' runs instead of holding up the op's thread, which starts the next
+    flows only when it has logged this one's events.
+    """
+    run = run_flow(session, flow, ctx)
+
+    def describe() -> _Caught:
+        caught = _Caught(run, {}, None)
+        caught.metadata = caught_up_metadata(caught, session, flow, run, ctx, docs.get(flow.asset_name, {}))
+        if is_partitioned(flow.target):
+            path = flow.target.path(ctx.lake_root)
+            caught.days = [d for d in touched_days(session, flow.target, path, run.version_before)
+                           if partitions.has_partition_key(d)]
+        return caught
+
+    return in_flow_pool(session, flow, describe)
+
+
 def _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progress, parallel: int = 1) -> None:
     """Run the flows, up to `parallel` at once, logging each one's materializations as it ends.
 
     A flow starts when the flows whose tables it reads have ended (streaming/parallel_runs.py); a
-    breach of a blocking check blocks every flow that reads the table.
+    breach of a blocking check blocks every flow that reads the table. The shared tables the flows
+    append to (quarantine, late arrivals) are observed once, after the last flow.
     """
     def skip(flow) -> str | None:
         upstream = [s.name for s in (*flow.sources, *flow.lookups) if s.name in blocked]
@@ -118,7 +158,11 @@ def _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progres
         context.log.info(f"running flow {flow.name} -> {flow.target.name}")
         return None
 
-    for outcome in run_flows(session, chosen, ctx, parallel=parallel, skip=skip):
+    def run(spark, flow, flow_ctx) -> _Caught:
+        return _caught_up(spark, flow, flow_ctx, docs, partitions)
+
+    ran = []
+    for outcome in run_flows(session, chosen, ctx, parallel=parallel, skip=skip, run=run):
         flow = outcome.flow
         if outcome.skipped:
             context.log.warning(outcome.skipped)
@@ -130,24 +174,35 @@ def _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progres
             _log_check(context, flow, validations_of(ctx, flow.target.name), str(outcome.error))
             continue
         if outcome.error is not None:
+            _observe_side_tables(context, session, ran, ctx, failing=True)
             raise outcome.error
-        run = outcome.run
-        progress.extend(run.progress)
+        caught: _Caught = outcome.run
+        ran.append(flow)
+        progress.extend(caught.run.progress)
         _log_check(context, flow, validations_of(ctx, flow.target.name))
-        metadata = caught_up_metadata(context.log, session, flow, run, ctx, docs.get(flow.asset_name, {}))
-        if is_partitioned(flow.target):
-            path = flow.target.path(ctx.lake_root)
-            days = [d for d in touched_days(session, flow.target, path, run.version_before)
-                    if partitions.has_partition_key(d)]
-            metadata["partitions_touched"] = ", ".join(days) or "none"
-            for day in days:
+        for line in caught.notes:
+            context.log.info(line)
+        metadata = caught.metadata
+        if caught.days is not None:
+            metadata["partitions_touched"] = ", ".join(caught.days) or "none"
+            for day in caught.days:
                 context.log_event(dg.AssetMaterialization(asset_key=flow.asset_name, partition=day, metadata=metadata))
-            if not days:
+            if not caught.days:
                 context.log_event(dg.AssetObservation(asset_key=flow.asset_name, metadata=metadata))
         else:
             context.log_event(dg.AssetMaterialization(asset_key=flow.asset_name, metadata=metadata))
-        for observation in side_observations(session, flow, ctx):
+    _observe_side_tables(context, session, ran, ctx)
+
+
+def _observe_side_tables(context, session, flows: list, ctx, failing: bool = False) -> None:
+    """What the shared tables the flows write (quarantine, late arrivals) hold now, as observations."""
+    try:
+        for observation in side_observations(session, flows, ctx):
             context.log_event(observation)
+    except Exception as exc:  # noqa: BLE001 - the run's own error is the one to show
+        if not failing:
+            raise
+        context.log.warning(f"could not observe quarantine and late arrivals: {exc}")
 
 
 def _log_check(context: dg.OpExecutionContext, flow, validations: list, stopped: str | None = None) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Callable, Mapping
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -33,6 +34,7 @@ class Gate:
         # A suite's Spark columns, built once: building them costs thousands of calls into the JVM
         # (about 0.5 s for a silver suite), which every micro-batch would pay again.
         self._columns: dict[tuple[str, str], Any] = {}
+        self._holding = False
 
     def _built(self, kind: str, suite: Suite, build: Callable[[], Any]) -> Any:
         key = (kind, suite.name)
@@ -94,5 +96,20 @@ class Gate:
         return validation
 
     def flush(self, spark) -> int:
-        """Write the pending results (the runner calls this when a flow's run ends)."""
-        return self.recorder.flush(spark)
+        """Write the pending results (the runner calls this when a flow's run ends), unless they are held."""
+        return 0 if self._holding else self.recorder.flush(spark)
+
+    @contextmanager
+    def holding_results(self, spark) -> Iterator[None]:
+        """Within it, a flow's run ending writes nothing: the results are written once, when it exits.
+
+        A catch-up's flows each ended with a Delta commit and a set of Data Docs files of their own, one
+        after another (writes are serialized), about half a second each. Results still go out every
+        FLUSH_SECONDS and before a failing batch stops its query.
+        """
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+            self.recorder.flush(spark)

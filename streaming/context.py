@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Protocol
+from typing import TYPE_CHECKING, ContextManager, Mapping, Protocol
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -67,6 +67,8 @@ class QualityGate(Protocol):
                  figures: Mapping[str, object] | None = None) -> object: ...
 
     def flush(self, spark: object) -> int: ...
+
+    def holding_results(self, spark: object) -> ContextManager[None]: ...
 
 
 @dataclass(frozen=True)

@@ -63,10 +63,13 @@ def run_flows(spark: SparkSession, flows: Sequence[Flow], ctx: FlowContext, *, p
     waits = {flow.name: set() for flow in flows} if independent else upstream(flows)
     pending = list(flows)
     running: dict[Future, Flow] = {}
-    done: set[str] = set()
+    ended: list[Outcome] = []       # ended, not yet yielded: a flow waiting for one of these does not start
+    done: set[str] = set()          # yielded
     workers = max(1, parallel)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flow") as pool:
-        while pending or running:
+        while pending or running or ended:
+            # Slots are filled before an ended flow is handed to the caller, who may take seconds over it
+            # (a catch-up logs its materializations): flows that do not read its table start meanwhile.
             for flow in list(pending):
                 if len(running) >= workers:
                     break
@@ -75,16 +78,18 @@ def run_flows(spark: SparkSession, flows: Sequence[Flow], ctx: FlowContext, *, p
                 pending.remove(flow)
                 why = skip(flow) if skip else None
                 if why:
-                    done.add(flow.name)
-                    yield Outcome(flow, skipped=why)
+                    ended.append(Outcome(flow, skipped=why))
                     continue
                 running[pool.submit(run, spark, flow, ctx)] = flow
+            if ended:
+                outcome = ended.pop(0)
+                yield outcome
+                done.add(outcome.flow.name)
+                continue
             if not running:
                 continue    # every ready flow was skipped: look again at what waited for them
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
                 flow = running.pop(future)
-                done.add(flow.name)
                 error = future.exception()
-                yield Outcome(flow, error=error) if error else Outcome(flow, run=future.result())
-
+                ended.append(Outcome(flow, error=error) if error else Outcome(flow, run=future.result()))

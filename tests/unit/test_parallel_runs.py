@@ -28,8 +28,10 @@ def test_every_flow_waits_for_the_flows_writing_what_it_reads_and_no_later_one()
 class Recorder:
     """A stand-in for run_flow (the scheduler is under test, not Spark): notes when each flow starts and ends."""
 
-    def __init__(self, fail: str | None = None):
+    def __init__(self, fail: str | None = None, hold_until: int | None = None):
         self.lock = threading.Lock()
+        self.hold_until = hold_until    # each run ends once this many have started (or after 5 s)
+        self.all_started = threading.Event()
         self.events: list[tuple[str, str]] = []
         self.running = 0
         self.most = 0
@@ -40,7 +42,12 @@ class Recorder:
             self.events.append(("start", flow.name))
             self.running += 1
             self.most = max(self.most, self.running)
-        time.sleep(0.02)
+            if sum(kind == "start" for kind, _ in self.events) == self.hold_until:
+                self.all_started.set()
+        if self.hold_until is None:
+            time.sleep(0.02)
+        else:
+            self.all_started.wait(5)
         with self.lock:
             self.running -= 1
             self.events.append(("end", flow.name))
@@ -96,8 +103,26 @@ def test_an_error_is_yielded_and_a_caller_that_stops_waits_for_the_running_flows
 
 def test_independent_flows_start_without_waiting_for_each_other():
     """A verify's flows each read the live lake: a gold flow may start before the silver flow it reads has ended."""
-    runner = Recorder()
+    runner = Recorder(hold_until=len(FLOWS))   # no sleep to race: a run ends when all have started, or after 5 s
     outcomes = list(run_flows(None, FLOWS, None, parallel=len(FLOWS), run=runner, independent=True))
     assert sorted(o.flow.name for o in outcomes) == sorted(f.name for f in FLOWS)
     first_end = next(i for i, (kind, _) in enumerate(runner.events) if kind == "end")
     assert {name for kind, name in runner.events[:first_end] if kind == "start"} == {f.name for f in FLOWS}
+
+
+def test_a_free_slot_is_filled_while_the_caller_still_holds_an_ended_flow():
+    """The caller may take seconds over an outcome (a catch-up logs its materializations): meanwhile a flow that does
+    not read the ended flow's table starts, instead of the slot staying empty until the caller asks for more."""
+    runner = Recorder()
+    first, started_meanwhile = None, []
+    for outcome in run_flows(None, FLOWS, None, parallel=1, run=runner):
+        if first is None:
+            first = outcome.flow.name
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not started_meanwhile:
+                with runner.lock:
+                    started_meanwhile = [n for kind, n in runner.events if kind == "start" and n != first]
+                time.sleep(0.01)
+    assert first == FLOWS[0].name and started_meanwhile, runner.events
+    waits = upstream(FLOWS)
+    assert first not in waits[started_meanwhile[0]]   # it does not read the table of the flow still being handled
