@@ -25,6 +25,8 @@ BENCHES: dict[str, tuple[str, str]] = {
                                      "(--floor: the barest one-hop job instead)"),
     "verify": ("bench.verify", "lakehouse verify of every table, one at a time vs LAKEHOUSE_CATCH_UP_PARALLEL at once, "
                                "same verdicts required"),
+    "catch_up_job": ("bench.catch_up_job", "a whole catch-up as Dagster's catch_up job (lakehouse run, the demo, "
+                                           "the UI) against its flows alone: what recording them adds"),
 }
 
 
