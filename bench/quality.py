@@ -41,7 +41,6 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
-from contextlib import nullcontext
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -73,7 +72,7 @@ def catch_up(spark, ctx, parallel: int = 1, flows=None) -> dict:
     late: dict[str, int] = {}    # events each silver or stateful gold flow routed to late_arrivals
     started = time.perf_counter()
     # As the catch_up job does: the flows' validation results are written once, after the last flow.
-    with ctx.quality.holding_results(spark) if ctx.quality is not None else nullcontext():
+    with ctx.holding_results(spark):
         for outcome in run_flows(spark, FLOWS if flows is None else flows, ctx, parallel=parallel):
             flow, run = outcome.flow, outcome.run
             if outcome.error is not None:

@@ -165,9 +165,9 @@ def caught_up_metadata(context_log, session, main: Flow, run: FlowRun, ctx, docs
     return metadata
 
 
-def side_observations(session, main: Flow | list[Flow], ctx) -> list[dg.AssetObservation]:
+def side_observations(session, flows: list[Flow], ctx) -> list[dg.AssetObservation]:
     """The breakdown of each shared table (quarantine, late arrivals) the flows also write, as observations."""
-    written = {side.name: side for flow in (main if isinstance(main, list) else [main]) for side in flow.also_writes}
+    written = {side.name: side for flow in flows for side in flow.also_writes}
     return [dg.AssetObservation(asset_key=side.name, metadata=observed) for side in written.values()
             if (observed := _side_table_metadata(session, side, ctx.lake_root)) is not None]
 
@@ -229,7 +229,7 @@ def catch_up_table(context, session, main: Flow, ctx, docs: dict[str, str], chec
     try:
         run = run_flow(session, main, ctx)
         metadata = caught_up_metadata(context.log, session, main, run, ctx, docs)
-        for observation in side_observations(session, main, ctx):
+        for observation in side_observations(session, [main], ctx):
             context.log_event(observation)
     except QUALITY_STOPS as stopped:
         return _stopped_result(context, session, main, ctx, stopped, checked)

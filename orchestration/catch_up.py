@@ -9,7 +9,6 @@ partitioned, get one materialization each. The UI shows the truth: which days th
 which days a backfill recomputed.
 """
 
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import dagster as dg
@@ -100,7 +99,7 @@ def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: Spark
     progress = ProgressRecorder(ctx.lake_root, mode="catch-up")
     try:
         # The flows' validation results are written once, when the last flow has ended.
-        with ctx.quality.holding_results(session) if ctx.quality is not None else nullcontext():
+        with ctx.holding_results(session):
             _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progress, lake.catch_up_parallel)
     finally:
         progress.flush(session)     # every micro-batch's progress, also of a run that failed part way

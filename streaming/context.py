@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from contextlib import nullcontext
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ContextManager, Mapping, Protocol
@@ -118,6 +119,10 @@ class FlowContext:
     def watermark_for(self, flow: str) -> str:
         """The watermark delay of a stateful gold flow: its override, else the gold default."""
         return self.gold_watermarks.get(flow, self.gold_watermark)
+
+    def holding_results(self, spark: object) -> ContextManager[None]:
+        """The quality gate's `holding_results` (validation results written once, at the end); nothing without a gate."""
+        return self.quality.holding_results(spark) if self.quality is not None else nullcontext()
 
 
 def offsets_covered(rows: "DataFrame") -> tuple[tuple[str, int, int, int], ...]:
