@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import shutil
 import statistics
 from pathlib import Path
@@ -112,14 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.catch_up_job", description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=2_000, help="shop events in the log (default 2000)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds, one run per side each (default 3)")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1 round; records nothing unless --record")
-    parser.add_argument("--record", action="store_true", help="with --quick: write the JSON and the docs row anyway")
-    parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
+    harness.recording_options(parser, quick="1 round")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds = 1
-    record = not args.no_record and (args.record or not args.quick)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    record = harness.keeps(args)
+    harness.log_warnings()
     result = measure(args.events, args.rounds)
     result["command"] = harness.command_line("bench.catch_up_job", argv)
     harness.publish(NAME, result, summary(result), docs_row, record)

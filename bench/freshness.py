@@ -77,7 +77,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import logging
 import os
 import re
 import shutil
@@ -1121,18 +1120,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure the yardstick instead of the stream: the barest continuous Spark job "
                              "(bench.bare_stream: every topic, one query, Kafka straight into one Delta table), "
                              "send -> visible there; recorded as the scope 'floor'")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1000/s, 1 minute, 20 s warm-up; no record")
-    parser.add_argument("--record", action="store_true", help="with --quick: write the JSON and the docs row anyway")
-    parser.add_argument("--no-record", action="store_true", help="print only")
     parser.add_argument("--seed", type=int, default=harness.SEED)
+    harness.recording_options(parser, quick="1000/s, 1 minute, 20 s warm-up")
     args = parser.parse_args(argv)
     if args.floor and args.tables:
         parser.error("--floor measures the barest job, which has no tables to choose: drop --tables")
     rates = [int(r) for r in args.rates.split(",") if r.strip()]
     if args.quick:
         rates, args.minutes, args.warm_up = rates[:1] if args.rates != "1000,5000,20000" else [1000], 1.0, 20.0
-    record = not args.no_record and (args.record or not args.quick)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    record = harness.keeps(args)
+    harness.log_warnings()
     from infra.settings import Settings
 
     defaults = Settings.from_env({})

@@ -32,7 +32,6 @@ bench/harness.py. It writes bench/results/growth.json and appends a row to docs/
 from __future__ import annotations
 
 import argparse
-import logging
 import statistics
 
 from bench import harness, ingest, pipeline
@@ -80,11 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ingest-rounds", type=int, default=2, help="ingest rounds per size (default 2)")
     parser.add_argument("--rounds", type=int, default=1, help="pipeline catch-ups per size (default 1)")
     parser.add_argument("--no-quality", action="store_true", help="pipeline with quality=None (default: the gate on)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 2000, 4000 and 8000 events, one round each; records nothing unless --record")
-    parser.add_argument("--record", action="store_true", help="with --quick: write the JSON and the docs row anyway")
-    parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
     parser.add_argument("--seed", type=int, default=harness.SEED, help="generator seed (default 7, as lakehouse produce)")
+    harness.recording_options(parser, quick="2000, 4000 and 8000 events, one round each")
     args = parser.parse_args(argv)
     try:
         sizes = sorted({int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()})
@@ -94,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes, args.ingest_rounds, args.rounds = [2_000, 4_000, 8_000], 1, 1
     if len(sizes) < 3 or sizes[0] <= 0:
         parser.error("--sizes needs at least three different positive sizes (a line through two says nothing of growth)")
-    record = not args.no_record and (args.record or not args.quick)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    record = harness.keeps(args)
+    harness.log_warnings()
     quality = not args.no_quality
     pipeline.progress_per_flow()
 

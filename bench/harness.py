@@ -21,16 +21,20 @@
   back: a side that runs after a hungrier one inherits that footprint, so a run's peak is at least the
   RSS it started with.
 - `linear_fit(xs, ys)`: least squares time = intercept + slope x events, with R^2 and residuals.
-- `record(name, result, row)`: writes bench/results/<name>.json and appends one row to docs/benchmarks.md.
+- `record(name, result, row)`: writes bench/results/<name>.json and appends one row to docs/benchmarks.md;
+  `recording_options(parser)` gives a bench its --quick / --record / --no-record, `keeps(args)` says
+  whether this run records.
 
 Figures never go into tests; tests/unit/test_bench_harness.py checks only the pure logic here.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import signal
@@ -510,6 +514,24 @@ def met(ok: bool) -> str:
 
 def load_now() -> float:
     return round(os.getloadavg()[0], 1)
+
+
+def recording_options(parser: argparse.ArgumentParser, quick: str | None = None) -> None:
+    """Add --no-record, and with `quick` (what a smoke run does) --quick and --record: a smoke run records only if asked."""
+    if quick is not None:
+        parser.add_argument("--quick", action="store_true", help=f"smoke run: {quick}; records nothing unless --record")
+        parser.add_argument("--record", action="store_true", help="with --quick: write the JSON and the docs row anyway")
+    parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
+
+
+def keeps(args: argparse.Namespace) -> bool:
+    """Whether this run writes its JSON and docs row: not with --no-record, and a --quick run only with --record."""
+    return not args.no_record and (getattr(args, "record", False) or not getattr(args, "quick", False))
+
+
+def log_warnings() -> None:
+    """A bench's log: warnings and errors only, with their time (its own progress goes through `say`)."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def command_line(module: str, argv: Sequence[str] | None) -> str:

@@ -45,7 +45,6 @@ nothing unless --record is given. A figure, never a test.
 from __future__ import annotations
 
 import argparse
-import logging
 import multiprocessing
 import shutil
 import statistics
@@ -144,10 +143,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ingest", description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=400_000, help="orders preloaded on shop.orders.v1 (default 400000)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds, one run per side each (default 3)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 20000 events, 1 round after the warm-up; records nothing unless --record")
-    parser.add_argument("--record", action="store_true", help="with --quick: write the JSON and the docs row anyway")
-    parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
     parser.add_argument("--seed", type=int, default=harness.SEED, help="generator seed (default 7, as lakehouse produce)")
     parser.add_argument("--profile", action="store_true",
                         help="four more sides between (b) and (a): (p0) the bare job in batches capped as bronze's "
@@ -155,11 +150,12 @@ def main(argv: list[str] | None = None) -> int:
                              "(p3) the bare job writing bronze's rows with headers in capped batches; "
                              "(p2) bronze's own query (streaming.runner.start_flow) without run_flow's reads before "
                              "and after it")
+    harness.recording_options(parser, quick="20000 events, 1 round after the warm-up")
     args = parser.parse_args(argv)
     if args.quick:
         args.events, args.rounds = min(args.events, 20_000), 1
-    record = not args.no_record and (args.record or not args.quick)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    record = harness.keeps(args)
+    harness.log_warnings()
     result = measure(args.events, args.rounds, args.seed, profile=args.profile)
     result["command"] = harness.command_line("bench.ingest", argv)
     harness.publish(NAME, result, summary(result), docs_row, record)

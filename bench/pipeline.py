@@ -235,11 +235,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="timed catch-ups per size (default 2)")
     parser.add_argument("--no-quality", action="store_true",
                         help="quality=None instead of the project default (the quality gate on)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 2000 and 5000 events, 1 run each after the warm-up; records nothing "
-                             "unless --record")
-    parser.add_argument("--record", action="store_true", help="with --quick: write the JSON and the docs row anyway")
-    parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
     parser.add_argument("--seed", type=int, default=harness.SEED, help="generator seed (default 7, as lakehouse produce)")
     parser.add_argument("--floor", action="store_true",
                         help="also run the floor, the same work by the barest static Spark jobs (bench.bare_pipeline), "
@@ -249,13 +244,14 @@ def main(argv: list[str] | None = None) -> int:
                              "for what one more gold table adds to a catch-up")
     parser.add_argument("--parallel", type=int, default=None,
                         help="flows run at once (default: LAKEHOUSE_CATCH_UP_PARALLEL, as lakehouse run)")
+    harness.recording_options(parser, quick="2000 and 5000 events, 1 run each after the warm-up")
     args = parser.parse_args(argv)
     if args.quick:
         args.small, args.events, args.rounds = 2_000, 5_000, 1
     if not 0 < args.small < args.events:
         parser.error(f"--small ({args.small}) must be above 0 and below --events ({args.events})")
-    record = not args.no_record and (args.record or not args.quick)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    record = harness.keeps(args)
+    harness.log_warnings()
     progress_per_flow()
 
     started_at = harness.utc_now()

@@ -44,6 +44,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from bench import harness
 from bench.compaction import HEADER, ROOT, TABLE_MD, machine
 
 RESULTS = ROOT / "bench" / "results" / "quality.json"
@@ -190,16 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.quality", description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=200_000, help="shop events sent once (default 200000)")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds, one run per side each (default 3)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 5000 events, 1 round after the warm-up; records nothing unless --record")
-    parser.add_argument("--record", action="store_true", help="with --quick: write the JSON and the docs row anyway")
-    parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
     parser.add_argument("--seed", type=int, default=7, help="generator seed (default 7, as lakehouse produce)")
+    harness.recording_options(parser, quick="5000 events, 1 round after the warm-up")
     args = parser.parse_args(argv)
     if args.quick:
         args.events, args.repeats = min(args.events, 5000), 1
-    record = not args.no_record and (args.record or not args.quick)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    record = harness.keeps(args)
+    harness.log_warnings()
 
     from infra.kafka_broker import local_node
     from infra.retention import duration_ms

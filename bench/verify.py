@@ -117,17 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds, one run per side each (default 3)")
     parser.add_argument("--parallel", type=int, default=0,
                         help="tables verified at once on the 'at once' side (default LAKEHOUSE_CATCH_UP_PARALLEL, 3)")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 2000 events, 1 round; records nothing unless --record")
-    parser.add_argument("--record", action="store_true", help="with --quick: write the JSON and the docs row anyway")
-    parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
+    harness.recording_options(parser, quick="2000 events, 1 round")
     args = parser.parse_args(argv)
     if args.quick:
         args.events, args.rounds = min(args.events, 2_000), 1
     if not args.parallel:
         from infra.settings import Settings
         args.parallel = Settings.from_env().catch_up_parallel
-    record = not args.no_record and (args.record or not args.quick)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    record = harness.keeps(args)
+    harness.log_warnings()
     result = measure(args.events, args.rounds, args.parallel)
     result["command"] = harness.command_line("bench.verify", argv)
     harness.publish(NAME, result, summary(result), docs_row, record)

@@ -156,3 +156,21 @@ def test_freshness_keeps_the_first_lines_of_each_trace_in_the_stream_log():
         "Caused by: java.io.IOException: gone\n\tat a.b.C.d(C.java:1)",
     ]
     assert trace_heads("10:22:42 stopped after 551 s") == []
+
+
+@pytest.mark.parametrize("argv, keeps", [
+    ([], True), (["--quick"], False), (["--quick", "--record"], True), (["--no-record"], False),
+    (["--quick", "--record", "--no-record"], False),
+])
+def test_a_bench_records_unless_told_not_to_and_a_smoke_run_only_when_asked(argv, keeps):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    harness.recording_options(parser, quick="1 round")
+    assert harness.keeps(parser.parse_args(argv)) is keeps
+    plain = argparse.ArgumentParser()
+    harness.recording_options(plain)   # a bench without a smoke form has --no-record only
+    assert harness.keeps(plain.parse_args([])) is True
+    assert harness.keeps(plain.parse_args(["--no-record"])) is False
+    with pytest.raises(SystemExit):
+        plain.parse_args(["--quick"])
