@@ -56,7 +56,7 @@ def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str
         # a 1M-event catch-up on 2 cores, and the catch-up took 90-92 s against 81 s (docs/performance.md).
         "spark.driver.extraJavaOptions": (
             f"-Dlog4j2.configurationFile=file:{LOG4J2_FILE} -Dlakehouse.log.dir={log_dir} "
-            f"-Dderby.system.home={settings.home} {settings.spark_java_options}"
+            f"-Dderby.system.home={settings.home} {settings.spark_java_options}{_class_archive_option(settings)}"
         ),
         # Parquet's INT96 (Spark's default) is read as nanoseconds by Arrow-based readers (delta-rs,
         # DuckDB), which cannot hold every instant Spark can; microseconds are what Delta specifies.
@@ -78,6 +78,16 @@ def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str
     return conf
 
 
+def _class_archive_option(settings: Settings) -> str:
+    """The class archive a new driver maps instead of loading Spark's classes one by one (infra/class_archive.py)."""
+    if not settings.spark_class_archive:
+        return ""
+    from infra.class_archive import java_option
+
+    option = java_option(settings.jars_dir)
+    return f" {option}" if option else ""
+
+
 def get_spark(settings: Settings, app_name: str = "lakehouse") -> SparkSession:
     """The process's Spark session (created on first call with the settings' configuration)."""
     active = SparkSession.getActiveSession()
@@ -90,8 +100,9 @@ def get_spark(settings: Settings, app_name: str = "lakehouse") -> SparkSession:
     for key, value in spark_conf(settings, app_name).items():
         builder = builder.config(key, value)
     # A new JVM takes seconds to start: say so, so a pause at the start of a command has a reason.
-    log.info("starting a Spark session (%s, driver memory %s, JVM options %s): a new JVM", settings.spark_master,
-             settings.spark_driver_memory, settings.spark_java_options)
+    archive = "from the class archive" if _class_archive_option(settings) else "without a class archive"
+    log.info("starting a Spark session (%s, driver memory %s, JVM options %s): a new JVM, %s", settings.spark_master,
+             settings.spark_driver_memory, settings.spark_java_options, archive)
     started = time.monotonic()
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -132,7 +132,8 @@ def test_java_options_reach_the_driver_after_the_projects_own(tmp_path, jars_dir
     from infra.spark import spark_conf
 
     def options(**given) -> str:
-        return spark_conf(Settings(home=str(tmp_path), jars_dir=jars_dir, **given))["spark.driver.extraJavaOptions"]
+        settings = Settings(home=str(tmp_path), jars_dir=jars_dir, spark_class_archive=False, **given)
+        return spark_conf(settings)["spark.driver.extraJavaOptions"]
 
     assert options().startswith("-Dlog4j2.configurationFile=") and options().endswith(" -XX:+UseParallelGC")
     chosen = options(spark_java_options="-XX:+UseG1GC -Xss4m")
@@ -168,7 +169,7 @@ SAMPLES = {
     "LAKEHOUSE_KAFKA_HOST": "10.0.0.5", "LAKEHOUSE_KAFKA_PORT": "12345", "LAKEHOUSE_KAFKA_CONTROLLER_PORT": "12346",
     "LAKEHOUSE_KAFKA_HEAP": "1g", "LAKEHOUSE_KAFKA_REPLICATION_FACTOR": "3", "LAKEHOUSE_SPARK_MASTER": "spark://h:7077",
     "LAKEHOUSE_SPARK_DRIVER_MEMORY": "4g", "LAKEHOUSE_SPARK_JAVA_OPTIONS": "-XX:+UseG1GC -Xss4m",
-    "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "200", "LAKEHOUSE_SPARK_UI": "true",
+    "LAKEHOUSE_SPARK_CLASS_ARCHIVE": "false", "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "200", "LAKEHOUSE_SPARK_UI": "true",
     "LAKEHOUSE_SPARK_CONF": "spark.k=v", "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "500",
     "LAKEHOUSE_MAX_BYTES_PER_TRIGGER": "1g", "LAKEHOUSE_CATCH_UP_PARALLEL": "1",
     "LAKEHOUSE_SILVER_DEDUP_WATERMARK": "2 hours", "LAKEHOUSE_GOLD_WATERMARK": "5 minutes",
