@@ -115,8 +115,9 @@ def build(jars_dir: str | Path, java_options: str, *, force: bool = False) -> Bu
 
 
 def _child(step: str, java_options: str, jars_dir: str | Path, scratch: str) -> None:
+    # A JVM that crashes on a bad archive writes its hs_err file into the scratch folder, not the user's.
     env = {**os.environ, **_DISABLED, "LAKEHOUSE_HOME": scratch, "LAKEHOUSE_JARS_DIR": str(jars_dir),
-           "LAKEHOUSE_SPARK_JAVA_OPTIONS": java_options.strip()}
+           "LAKEHOUSE_SPARK_JAVA_OPTIONS": f"{java_options.strip()} -XX:ErrorFile={scratch}/hs_err_%p.log"}
     proc = subprocess.run([sys.executable, "-m", "infra.class_archive", step], env=env, capture_output=True,
                           text=True, timeout=900)
     if proc.returncode != 0:
