@@ -23,17 +23,22 @@ class SparkResource(dg.ConfigurableResource):
     ui: bool = False
     extra_conf: dict[str, str] = {}     # never a secret: resource config shows in the Dagster UI
     replay_window: str = "7 days"       # new tables keep removed files and their log this long
+    java_options: str = "-XX:+UseParallelGC"   # the driver JVM's (LAKEHOUSE_SPARK_JAVA_OPTIONS)
+    class_archive: bool = True          # start the driver JVM from the class archive (infra/class_archive.py)
 
-    def session(self) -> SparkSession:
+    def settings(self) -> Settings:
+        """The settings a run's own Spark session starts with: the same Spark configuration as the CLI's."""
         # Secrets (object-store keys, passwords) come from the environment when the session starts.
         secrets = {k: v for k, v in Settings.from_env().spark_conf.items() if is_secret(k)}
-        return get_spark(
-            Settings(
-                home=self.home, jars_dir=self.jars_dir, log_dir=self.log_dir, spark_master=self.master,
-                spark_driver_memory=self.driver_memory, spark_shuffle_partitions=self.shuffle_partitions,
-                spark_ui=self.ui, spark_conf={**secrets, **self.extra_conf}, replay_window=self.replay_window,
-            )
+        return Settings(
+            home=self.home, jars_dir=self.jars_dir, log_dir=self.log_dir, spark_master=self.master,
+            spark_driver_memory=self.driver_memory, spark_shuffle_partitions=self.shuffle_partitions,
+            spark_ui=self.ui, spark_conf={**secrets, **self.extra_conf}, replay_window=self.replay_window,
+            spark_java_options=self.java_options, spark_class_archive=self.class_archive,
         )
+
+    def session(self) -> SparkSession:
+        return get_spark(self.settings())
 
 
 class KafkaResource(dg.ConfigurableResource):
@@ -102,7 +107,8 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
             shuffle_partitions=settings.spark_shuffle_partitions, home=settings.home,
             jars_dir=settings.jars_dir, log_dir=settings.log_dir, ui=settings.spark_ui,
             extra_conf={k: v for k, v in settings.spark_conf.items() if not is_secret(k)},
-            replay_window=settings.replay_window,
+            replay_window=settings.replay_window, java_options=settings.spark_java_options,
+            class_archive=settings.spark_class_archive,
         ),
         "kafka": KafkaResource(
             bootstrap_servers=settings.kafka_bootstrap, replication_factor=settings.kafka_replication_factor

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from infra.settings import Settings
+from infra.spark import spark_conf
 from orchestration.resources import build_resources
 
 
@@ -17,3 +18,15 @@ def test_secret_spark_settings_stay_out_of_resource_config(tmp_path):
     assert spark.extra_conf == {"spark.hadoop.fs.s3a.endpoint": "http://minio:9000"}
     shown = repr(spark) + str(spark.model_dump())
     assert "s3cr3t" not in shown and "AKIA123" not in shown
+
+
+def test_a_dagster_runs_spark_session_gets_the_clis_spark_configuration(tmp_path, jars_dir):
+    """Every Spark setting reaches the session a Dagster run starts on its own: JVM options and class archive too."""
+    settings = Settings(
+        home=str(tmp_path), jars_dir=jars_dir, spark_master="local[2]", spark_driver_memory="3g",
+        spark_java_options="-XX:+UseG1GC -Xss4m", spark_class_archive=False, spark_shuffle_partitions=7,
+        spark_ui=True, spark_conf={"spark.sql.ansi.enabled": "true"}, replay_window="3 days",
+    )
+    run_settings = build_resources(settings)["spark"].settings()
+    assert spark_conf(run_settings) == spark_conf(settings)
+    assert "-XX:+UseG1GC -Xss4m" in spark_conf(run_settings)["spark.driver.extraJavaOptions"]
