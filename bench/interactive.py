@@ -68,6 +68,16 @@ def command(env: dict[str, str], *args: str, ok: set[int] = frozenset({0})) -> C
     return side
 
 
+def caught_up_lake(settings, broker, events: int, name: str) -> None:
+    """Send `events` shop events to the broker and catch all 22 flows up into the bench's lake (untimed)."""
+    from bench.quality import catch_up
+
+    harness.send(harness.shop_events(events), events, broker.bootstrap)
+    with harness.spark_session(settings, name) as (spark, _pid):
+        result = catch_up(spark, harness.project_context(settings, settings.lake_root), 3)
+        say(f"lake caught up (untimed) in {result['total_s']:.0f} s")
+
+
 def start_endpoint(env: dict[str, str], home: str) -> tuple[subprocess.Popen, float]:
     began = time.perf_counter()
     log = open(Path(home) / "serve.out", "w")
@@ -119,12 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     started, load = harness.utc_now(), harness.load_now()
     say(f"bench.interactive: {args.events:,} shop events, {args.rounds} rounds; {harness.machine()}")
     with harness.bench_home(NAME) as settings, harness.private_broker(settings) as broker:
-        from bench.quality import catch_up
-
-        harness.send(harness.shop_events(args.events), args.events, broker.bootstrap)
-        with harness.spark_session(settings, NAME) as (spark, _pid):
-            result = catch_up(spark, harness.project_context(settings, settings.lake_root), 3)
-            say(f"lake caught up (untimed) in {result['total_s']:.0f} s")
+        caught_up_lake(settings, broker, args.events, NAME)
         warm = environment(settings, settings.home)
         cold_home = str(Path(settings.home) / "no-endpoint")
         cold = environment(settings, cold_home)
