@@ -41,14 +41,20 @@ def _java() -> Path | None:
 
 
 def fingerprint(jars_dir: str | Path) -> str | None:
-    """What an archive depends on: the JVM binary, pyspark (Spark's own jars) and the project's Spark jars."""
+    """What an archive depends on: the JVM binary, pyspark's jars where they are installed, the project's Spark jars.
+
+    The JVM checks the paths and times of the jars an archive was made from and ignores it, silently,
+    when they differ (a moved checkout, a reinstalled pyspark): then `lakehouse setup` must build anew.
+    """
     import pyspark
 
     java = _java()
     if java is None:
         return None
-    jars = sorted(f"{p.name}:{p.stat().st_size}" for p in (Path(jars_dir) / "spark").glob("*.jar"))
-    parts = [str(java), str(java.stat().st_mtime_ns), pyspark.__version__, *jars]
+    spark_jars = Path(pyspark.__file__).resolve().parent / "jars"
+    jars = sorted(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in (Path(jars_dir) / "spark").glob("*.jar"))
+    parts = [str(java), str(java.stat().st_mtime_ns), pyspark.__version__, str(spark_jars),
+             str(spark_jars.stat().st_mtime_ns) if spark_jars.exists() else "", *jars]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

@@ -67,6 +67,16 @@ def test_other_jars_make_the_archive_stale(jars, tmp_path):
     assert "SharedArchiveFile" not in driver_options(jars, tmp_path)
 
 
+def test_fetched_again_the_jars_make_the_archive_stale(jars, tmp_path):
+    """The JVM ignores an archive whose jars changed on disk; setup must then see that it has none and build one."""
+    import os
+
+    old = place(jars)
+    jar = next((jars / "spark").glob("*.jar"))
+    os.utime(jar, ns=(jar.stat().st_atime_ns, jar.stat().st_mtime_ns + 10**9))
+    assert class_archive.archive_path(jars) != old and class_archive.usable_archive(jars) is None
+
+
 def test_the_setting_turns_it_off(jars, tmp_path):
     place(jars)
     assert "SharedArchiveFile" not in driver_options(jars, tmp_path, spark_class_archive=False)
