@@ -6,7 +6,7 @@ without an endpoint, each Dagster run that starts its own session, a stream rest
 The JVM can map those classes from an archive instead (JDK 13+ dynamic CDS): `lakehouse setup` builds
 one by running a small Spark workload in a child JVM with `-XX:ArchiveClassesAtExit`, checks it in a
 second JVM with `-Xshare:on` (which refuses an archive it cannot use), and only then moves it into
-place. A session uses it only when its fingerprint (the java binary, pyspark's version, the jars)
+place. A session uses it only when its fingerprint (the java binary, pyspark's jars, the project's jars)
 matches and its size is the one recorded at build: the JVM dies of SIGBUS on a truncated archive.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -24,8 +23,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 FOLDER = "class-archive"
 _DISABLED = {"LAKEHOUSE_SPARK_CLASS_ARCHIVE": "false"}   # the build's own JVMs must not read an archive

@@ -97,10 +97,12 @@ def get_spark(settings: Settings, app_name: str = "lakehouse") -> SparkSession:
     # Workers of a local master bind to loopback instead of the machine's external address.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
-    for key, value in spark_conf(settings, app_name).items():
+    conf = spark_conf(settings, app_name)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     # A new JVM takes seconds to start: say so, so a pause at the start of a command has a reason.
-    archive = "from the class archive" if _class_archive_option(settings) else "without a class archive"
+    archived = "-XX:SharedArchiveFile=" in conf["spark.driver.extraJavaOptions"]
+    archive = "from the class archive" if archived else "without a class archive"
     log.info("starting a Spark session (%s, driver memory %s, JVM options %s): a new JVM, %s", settings.spark_master,
              settings.spark_driver_memory, settings.spark_java_options, archive)
     started = time.monotonic()

@@ -20,11 +20,11 @@ class SparkResource(dg.ConfigurableResource):
     home: str
     jars_dir: str
     log_dir: str
+    java_options: str                   # the driver JVM's (LAKEHOUSE_SPARK_JAVA_OPTIONS)
+    class_archive: bool                 # start the driver JVM from the class archive (infra/class_archive.py)
     ui: bool = False
     extra_conf: dict[str, str] = {}     # never a secret: resource config shows in the Dagster UI
     replay_window: str = "7 days"       # new tables keep removed files and their log this long
-    java_options: str = "-XX:+UseParallelGC"   # the driver JVM's (LAKEHOUSE_SPARK_JAVA_OPTIONS)
-    class_archive: bool = True          # start the driver JVM from the class archive (infra/class_archive.py)
 
     def settings(self) -> Settings:
         """The settings a run's own Spark session starts with: the same Spark configuration as the CLI's."""
