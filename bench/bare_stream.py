@@ -4,7 +4,7 @@
 
 Reads the settings from LAKEHOUSE_* variables as `lakehouse stream` does (the same Spark session
 configuration, Kafka bootstrap and LAKEHOUSE_STREAM_TRIGGER), subscribes to every topic of
-schemas.topics.ALL from the earliest offsets and appends key, value, topic, partition, offset and the
+schemas.topics.ALL from the earliest offsets (with the flows' kafka.fetch.max.wait.ms) and appends key, value, topic, partition, offset and the
 broker's timestamp to a Delta table at TABLE_PATH: no parsing, no headers, no dedup, no quarantine, one
 query instead of a flow per table and layer. Runs until SIGTERM. Not a product path: a bench's yardstick.
 """
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
              .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
              .option("subscribe", ",".join(t.name for t in topics.ALL))
              .option("startingOffsets", "earliest")
+             .option("kafka.fetch.max.wait.ms", str(settings.kafka_fetch_max_wait_ms))   # as the flows read
              .load()
              .select("key", "value", "topic", "partition", "offset", "timestamp")
              .writeStream.format("delta").queryName("bare")

@@ -13,7 +13,7 @@ logged, not a figure). Then it reads that whole topic, from the earliest offsets
   never calls), availableNow, a fresh lake root and checkpoint each run. Timed: the run_flow call
   (checkpoint inspection, the broker check, the query, Delta's history for the report).
 - (b) bare Spark: the same session, spark.readStream.format("kafka") (subscribe, startingOffsets earliest,
-  nothing else) -> select key, value, topic, partition, offset, timestamp -> writeStream Delta sink,
+  and the project's kafka.fetch.max.wait.ms, a consumer setting) -> select key, value, topic, partition, offset, timestamp -> writeStream Delta sink,
   trigger availableNow, a fresh table and checkpoint each run. Timed: start to awaitTermination's return.
 - (c) raw: confluent-kafka consumers, one spawned process per partition, each assigning its partition at
   the beginning and calling consume(num_messages=10000) until it has read up to the end offset (the last
@@ -210,7 +210,9 @@ def make_sides(spark, settings, broker, expected: Callable[[], int], *,
         reader = (spark.readStream.format("kafka")
                   .option("kafka.bootstrap.servers", broker.bootstrap)
                   .option("subscribe", topic.name)
-                  .option("startingOffsets", "earliest"))
+                  .option("startingOffsets", "earliest")
+                  # A consumer setting, not bronze's work: the bare job reads with the project's too.
+                  .option("kafka.fetch.max.wait.ms", str(settings.kafka_fetch_max_wait_ms)))
         if headers:
             reader = reader.option("includeHeaders", "true")
         if capped and settings.max_offsets_per_trigger:

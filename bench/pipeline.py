@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.pipeline [--events 400000] [--small 100000] [--rounds 2] [--no-quality]
                                        [--quick] [--record] [--no-record] [--floor] [--marginal FLOW]
+                                       [--against LAKEHOUSE_NAME=VALUE]
 
 Issue 9, item 5. Target: >= 50,000 events/s through the whole pipeline at 1.6M events on 2 cores.
 The bench starts its own Kafka broker (KRaft, ports 19400/19401, state in a temporary folder, stopped by
@@ -33,7 +34,9 @@ writes bench/results/pipeline.json and appends a row to docs/benchmarks.md. --qu
 --marginal FLOW also runs the catch-up without that gold flow, alternating, for what one more gold table
 adds to a catch-up. --floor also runs the floor, alternating with each catch-up: the same tables from the
 same log by the barest static Spark jobs (bench/bare_pipeline.py), and reports its line and the
-pipeline's time over it.
+pipeline's time over it. --against LAKEHOUSE_NAME=VALUE also runs the catch-up with that one setting
+changed (a lake or Kafka setting the flows read, such as LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS=500),
+alternating, for what a setting's default is worth against the value it replaced.
 A figure, never a test.
 """
 
@@ -128,6 +131,28 @@ def marginal_at_size(without: list[dict], pipeline: list[dict], events: int, flo
             "adds_s": round(statistics.median(adds), 3), "adds_per_round_s": [round(a, 3) for a in adds]}
 
 
+def against_setting(text: str, settings):
+    """`settings` with one LAKEHOUSE_NAME=VALUE changed, parsed as `Settings.from_env` parses it; a bad one exits."""
+    from infra.settings import Settings, SettingsError
+
+    name, _, value = text.partition("=")
+    field = name.removeprefix("LAKEHOUSE_").lower()
+    if not name.startswith("LAKEHOUSE_") or field not in {f.name for f in dataclasses.fields(Settings)}:
+        raise SystemExit(f"error: --against {text}: {name} is not a LAKEHOUSE_ setting (`lakehouse --help` lists them)")
+    try:
+        parsed = getattr(Settings.from_env({name: value}), field)
+    except SettingsError as exc:
+        raise SystemExit(f"error: --against {text}: {exc}") from None
+    return dataclasses.replace(settings, **{field: parsed})
+
+
+def against_at_size(other: list[dict], pipeline: list[dict], events: int, setting: str) -> dict:
+    """The catch-up with the other setting at one size, and its time over the default's, round by round (median)."""
+    return {"events": events, "setting": setting, "median_s": round(statistics.median(o["seconds"] for o in other), 3),
+            "over_default": round(harness.median_ratio([o["seconds"] for o in other], [p["seconds"] for p in pipeline]), 3),
+            "per_round_s": [round(o["seconds"], 3) for o in other]}
+
+
 def floor_at_size(runs: list[dict], pipeline: list[dict], events: int) -> dict:
     """Medians of the floor's runs at one size, and the pipeline's time over the floor's, round by round."""
     med = statistics.median(r["seconds"] for r in runs)
@@ -196,11 +221,13 @@ def fits(sizes: list[dict]) -> dict:
 
 def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: int = harness.SEED,
               quality: bool = True, driver_pid: int | None = None, parallel: int = 1,
-              floor: bool = False, marginal: str | None = None) -> tuple[list[dict], dict, dict]:
+              floor: bool = False, marginal: str | None = None,
+              against: str | None = None) -> tuple[list[dict], dict, dict]:
     """Preload and catch up at each size in turn (the log grows between sizes); a warm-up before the first.
 
     With `floor`, the floor (bench.bare_pipeline) runs beside each catch-up, alternating, first side rotating;
-    with `marginal`, so does a catch-up without that flow. Their figures per size come second, by side.
+    with `marginal`, so does a catch-up without that flow; with `against`, one with that setting changed.
+    Their figures per size come second, by side.
     """
     events = harness.shop_events(max(sizes), seed=seed)
     in_log = {"n": 0}
@@ -210,6 +237,9 @@ def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: i
     if marginal:
         sides["without"] = make_side(spark, settings, lambda: in_log["n"], quality=quality, parallel=parallel,
                                      without=marginal)
+    if against:
+        sides["against"] = make_side(spark, against_setting(against, settings), lambda: in_log["n"], quality=quality,
+                                     parallel=parallel)
     probes = [harness.PeakMemory("spark_driver", driver_pid), harness.PeakMemory("broker", broker.pid)]
     out: list[dict] = []
     beside: dict[str, list[dict]] = {}
@@ -223,6 +253,8 @@ def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: i
             beside.setdefault("floor", []).append(floor_at_size(runs["floor"], runs["pipeline"], size))
         if marginal:
             beside.setdefault("marginal", []).append(marginal_at_size(runs["without"], runs["pipeline"], size, marginal))
+        if against:
+            beside.setdefault("against", []).append(against_at_size(runs["against"], runs["pipeline"], size, against))
     return out, beside, {p.name: p.method for p in probes}
 
 
@@ -242,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--marginal", metavar="FLOW", choices=leaf_gold_flows(),
                         help="also run the catch-up without FLOW (a gold flow no other flow reads), alternating, "
                              "for what one more gold table adds to a catch-up")
+    parser.add_argument("--against", metavar="LAKEHOUSE_NAME=VALUE",
+                        help="also run the catch-up with this one setting changed, alternating (e.g. a default's "
+                             "old value), and report its time over the project default's")
     parser.add_argument("--parallel", type=int, default=None,
                         help="flows run at once (default: LAKEHOUSE_CATCH_UP_PARALLEL, as lakehouse run)")
     harness.recording_options(parser, quick="2000 and 5000 events, 1 run each after the warm-up")
@@ -251,6 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.small < args.events:
         parser.error(f"--small ({args.small}) must be above 0 and below --events ({args.events})")
     record = harness.keeps(args)
+    if args.against:
+        from infra.settings import Settings
+
+        against_setting(args.against, Settings.from_env({}))   # a mistyped setting stops before the bench starts
     harness.log_warnings()
     progress_per_flow()
 
@@ -266,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         parallel = args.parallel or settings.catch_up_parallel
         sizes, beside, memory_method = run_sizes(spark, settings, broker, [args.small, args.events], args.rounds,
                                                  seed=args.seed, quality=quality, driver_pid=driver_pid,
-                                                 parallel=parallel, floor=args.floor, marginal=args.marginal)
+                                                 parallel=parallel, floor=args.floor, marginal=args.marginal,
+                                                 against=args.against)
         spark_conf = {"master": settings.spark_master, "shuffle_partitions": settings.spark_shuffle_partitions,
                       "driver_memory": settings.spark_driver_memory,
                       "driver_java_options": settings.spark_java_options, "scheduler_mode": "FAIR",
@@ -298,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if beside.get("marginal"):
         result["marginal"] = beside["marginal"]
+    if beside.get("against"):
+        result["against"] = beside["against"]
     if floors := beside.get("floor"):
         floor_line = harness.linear_fit([f["events"] for f in floors], [f["median_s"] for f in floors])
         result["floor"] = {
@@ -341,7 +383,16 @@ def summary(result: dict) -> str:
         lines.append(floor_text(result["floor"]))
     if "marginal" in result:
         lines.append(marginal_text(result["marginal"]))
+    if "against" in result:
+        lines.append(against_text(result["against"]))
     return "\n".join(lines)
+
+
+def against_text(against: list[dict]) -> str:
+    """The catch-up with the other setting at each size, against the project default's."""
+    return f"with {against[0]['setting']}: " + "; ".join(
+        f"{a['events']:,}: {a['median_s']:.1f} s, {a['over_default']:.2f}x the default's time (rounds "
+        + ", ".join(f"{r:.1f}" for r in a["per_round_s"]) + " s)" for a in against)
 
 
 def marginal_text(marginal: list[dict]) -> str:
@@ -384,7 +435,8 @@ def docs_row(result: dict) -> str:
         f"{result['events_per_s_at_1_6M']:,} events/s ({result['events_per_s_at_1_6M_is']}); target "
         f">= {TARGET_EVENTS_PER_S:,} events/s {harness.met(result['target_met'])}"
         + (f"; {floor_text(floor)}" if floor else "")
-        + (f"; {marginal_text(result['marginal'])}" if "marginal" in result else ""),
+        + (f"; {marginal_text(result['marginal'])}" if "marginal" in result else "")
+        + (f"; {against_text(result['against'])}" if "against" in result else ""),
         f"{result['machine']}, {result['load_end']} at the end",
     )
 

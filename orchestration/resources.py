@@ -46,6 +46,7 @@ class KafkaResource(dg.ConfigurableResource):
 
     bootstrap_servers: str
     replication_factor: int = 1
+    fetch_max_wait_ms: int          # kafka.fetch.max.wait.ms of every Spark read (LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS)
 
 
 class LakeResource(dg.ConfigurableResource):
@@ -83,6 +84,7 @@ class LakeResource(dg.ConfigurableResource):
             quality=self.quality_gate(),
             lake_root=self.root,
             kafka_bootstrap=kafka.bootstrap_servers,
+            kafka_fetch_max_wait_ms=kafka.fetch_max_wait_ms,
             silver_dedup_watermark=self.silver_dedup_watermark,
             gold_watermark=self.gold_watermark,
             gold_watermarks=dict(self.gold_watermarks),
@@ -111,7 +113,8 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
             class_archive=settings.spark_class_archive,
         ),
         "kafka": KafkaResource(
-            bootstrap_servers=settings.kafka_bootstrap, replication_factor=settings.kafka_replication_factor
+            bootstrap_servers=settings.kafka_bootstrap, replication_factor=settings.kafka_replication_factor,
+            fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
         ),
         "lake": LakeResource(
             root=settings.lake_root, silver_dedup_watermark=settings.silver_dedup_watermark,

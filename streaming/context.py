@@ -78,6 +78,7 @@ class FlowContext:
 
     lake_root: str
     kafka_bootstrap: str
+    kafka_fetch_max_wait_ms: int = 10       # see infra/settings.py: the broker's wait that ended each read task
     silver_dedup_watermark: str = "1 hour"
     gold_watermark: str = "10 minutes"
     gold_watermarks: Mapping[str, str] = field(default_factory=dict)   # per-flow overrides

@@ -18,6 +18,9 @@ def kafka_options(topic: TopicSpec, ctx: FlowContext) -> dict[str, str]:
         # Offsets that vanished (retention) must stop the read loudly, never skip silently. A compacted
         # changelog has gaps by design (older values of a key removed), which Spark would take for loss.
         "failOnDataLoss": "false" if topic.cleanup_policy == "compact" else "true",
+        # Each read task's last fetch finds no more records, and the broker holds such a fetch this long
+        # (Kafka's default 500 ms): most of a small micro-batch's read, with a task slot held idle meanwhile.
+        "kafka.fetch.max.wait.ms": str(ctx.kafka_fetch_max_wait_ms),
     }
 
 

@@ -30,3 +30,16 @@ def test_a_dagster_runs_spark_session_gets_the_clis_spark_configuration(tmp_path
     run_settings = build_resources(settings)["spark"].settings()
     assert spark_conf(run_settings) == spark_conf(settings)
     assert "-XX:+UseG1GC -Xss4m" in spark_conf(run_settings)["spark.driver.extraJavaOptions"]
+
+
+def test_every_spark_read_of_a_topic_gets_the_kafka_fetch_wait_setting(tmp_path):
+    """LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS reaches the Kafka options of the flows' reads; the default is short."""
+    from schemas import topics
+    from streaming.sources import kafka_options
+
+    def fetch_wait(settings: Settings) -> str:
+        resources = build_resources(settings)
+        return kafka_options(topics.ORDERS, resources["lake"].flow_context(resources["kafka"]))["kafka.fetch.max.wait.ms"]
+
+    assert fetch_wait(Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)})) == "10"
+    assert fetch_wait(Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS": "500"})) == "500"
