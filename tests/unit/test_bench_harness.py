@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from bench import harness, run
@@ -174,3 +176,29 @@ def test_a_bench_records_unless_told_not_to_and_a_smoke_run_only_when_asked(argv
     assert harness.keeps(plain.parse_args(["--no-record"])) is False
     with pytest.raises(SystemExit):
         plain.parse_args(["--quick"])
+
+
+def test_pipeline_gives_no_figure_at_1_6m_from_a_line_that_does_not_rise():
+    """Two noisy sizes where the larger ran faster make no events/s figure at 1.6M; a rising line does."""
+    from bench.pipeline import at_target_size
+
+    flat, how = at_target_size({"events": 20_000, "events_per_s": 541}, harness.linear_fit([2_000, 20_000], [46.5, 37.0]))
+    assert flat is None and how.startswith("not extrapolated")
+    rising, how = at_target_size({"events": 20_000, "events_per_s": 425}, harness.linear_fit([2_000, 20_000], [38.0, 47.0]))
+    assert (rising, how) == (round(1_600_000 / (38.0 + 9.0 / 18_000 * 1_598_000)), "extrapolated from the line")
+    assert at_target_size({"events": 1_600_000, "events_per_s": 10_813}, harness.linear_fit([1, 2], [1, 2])) == \
+        (10_813, "measured")
+
+
+def test_pipeline_against_changes_one_setting_as_the_environment_would_and_refuses_others(tmp_path):
+    """--against LAKEHOUSE_NAME=VALUE parses VALUE as that setting; an unknown name or bad value stops the bench."""
+    from bench.pipeline import against_setting
+    from infra.settings import Settings
+
+    base = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)})
+    other = against_setting("LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS=500", base)
+    assert other.kafka_fetch_max_wait_ms == 500 and base.kafka_fetch_max_wait_ms != 500
+    assert dataclasses.replace(other, kafka_fetch_max_wait_ms=base.kafka_fetch_max_wait_ms) == base
+    for bad in ("LAKEHOUSE_NO_SUCH_THING=1", "KAFKA_FETCH_MAX_WAIT_MS=500", "LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS=soon"):
+        with pytest.raises(SystemExit, match="--against"):
+            against_setting(bad, base)
