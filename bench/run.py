@@ -25,6 +25,8 @@ BENCHES: dict[str, tuple[str, str]] = {
                                      "(--floor: the barest one-hop job instead)"),
     "verify": ("bench.verify", "lakehouse verify of every table, one at a time vs LAKEHOUSE_CATCH_UP_PARALLEL at once, "
                                "same verdicts required"),
+    "cold_start": ("bench.cold_start", "lakehouse sql and a one-table lakehouse run with no endpoint up (each starts "
+                                       "its own Spark driver), without and with the driver's class archive"),
     "catch_up_job": ("bench.catch_up_job", "a whole catch-up as Dagster's catch_up job (lakehouse run, the demo, "
                                            "the UI) against its flows alone: what recording them adds"),
 }

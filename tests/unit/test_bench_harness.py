@@ -202,3 +202,17 @@ def test_pipeline_against_changes_one_setting_as_the_environment_would_and_refus
     for bad in ("LAKEHOUSE_NO_SUCH_THING=1", "KAFKA_FETCH_MAX_WAIT_MS=500", "LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS=soon"):
         with pytest.raises(SystemExit, match="--against"):
             against_setting(bad, base)
+
+
+def test_every_bench_that_records_a_result_can_be_run_by_name():
+    """A bench/ module with a NAME (its results file) is in `lakehouse bench`'s list under that name."""
+    import importlib
+    from pathlib import Path
+
+    named = {}
+    for path in sorted(Path(run.__file__).parent.glob("*.py")):
+        if "\nNAME = " in path.read_text():
+            module = importlib.import_module(f"bench.{path.stem}")
+            named[module.NAME] = module.__name__
+    assert len(named) >= 8
+    assert {name: run.BENCHES[name][0] for name in named if name in run.BENCHES} == named
