@@ -16,6 +16,7 @@ from infra.settings import Settings
 log = logging.getLogger(__name__)
 
 LOG4J2_FILE = Path(__file__).resolve().parent / "conf" / "spark-log4j2.properties"
+NIO_MAX_CACHED_BUFFER = 256 * 1024   # bytes: the largest temporary direct buffer a driver thread keeps
 
 
 def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str]:
@@ -54,9 +55,15 @@ def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str
         # LAKEHOUSE_SPARK_JAVA_OPTIONS, by default the throughput collector: with G1, concurrent marking
         # (mostly started by large cached buffers, humongous to its 1 MiB regions) took 17-20 s of CPU in
         # a 1M-event catch-up on 2 cores, and the catch-up took 90-92 s against 81 s (docs/performance.md).
+        # The JDK caches, per thread, a direct buffer as large as the largest socket or file read that
+        # thread made through a heap buffer (Kafka's fetch responses), and never frees it: the driver's
+        # direct memory grew with the backlog, 28 -> 130 MiB from 100k to 4M events. Reads above 256 KiB now
+        # get a buffer of their own (26-31 MiB at 4M; docs/performance.md). A user's own value comes later
+        # on the line and wins.
         "spark.driver.extraJavaOptions": (
             f"-Dlog4j2.configurationFile=file:{LOG4J2_FILE} -Dlakehouse.log.dir={log_dir} "
-            f"-Dderby.system.home={settings.home} {settings.spark_java_options}{_class_archive_option(settings)}"
+            f"-Dderby.system.home={settings.home} -Djdk.nio.maxCachedBufferSize={NIO_MAX_CACHED_BUFFER} "
+            f"{settings.spark_java_options}{_class_archive_option(settings)}"
         ),
         # Parquet's INT96 (Spark's default) is read as nanoseconds by Arrow-based readers (delta-rs,
         # DuckDB), which cannot hold every instant Spark can; microseconds are what Delta specifies.

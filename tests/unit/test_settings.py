@@ -138,6 +138,11 @@ def test_java_options_reach_the_driver_after_the_projects_own(tmp_path, jars_dir
     assert options().startswith("-Dlog4j2.configurationFile=") and options().endswith(" -XX:+UseParallelGC")
     chosen = options(spark_java_options="-XX:+UseG1GC -Xss4m")
     assert chosen.endswith(" -XX:+UseG1GC -Xss4m") and "UseParallelGC" not in chosen and "-Dlog4j2" in chosen
+    # The cap on the JDK's cached direct buffers is the project's own, so a user's value, later on the line, wins.
+    cap = "-Djdk.nio.maxCachedBufferSize=262144"
+    assert cap in options().split() and cap in chosen.split()
+    mine = options(spark_java_options="-Djdk.nio.maxCachedBufferSize=0").split()
+    assert mine.index(cap) < mine.index("-Djdk.nio.maxCachedBufferSize=0")
 
 
 def test_spark_conf_item_without_equals_raises_settings_error():
