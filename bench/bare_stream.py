@@ -6,7 +6,8 @@ Reads the settings from LAKEHOUSE_* variables as `lakehouse stream` does (the sa
 configuration, Kafka bootstrap and LAKEHOUSE_STREAM_TRIGGER), subscribes to every topic of
 schemas.topics.ALL from the earliest offsets (with the flows' kafka.fetch.max.wait.ms) and appends key,
 value, topic, partition, offset and the broker's timestamp to a Delta table at TABLE_PATH: no parsing, no
-headers, no dedup, no quarantine, one query instead of a flow per table and layer. Runs until SIGTERM. Not a product path: a bench's yardstick.
+headers, no dedup, no quarantine, one query instead of a flow per table and layer. Runs until SIGTERM.
+Not a product path: a bench's yardstick.
 """
 
 from __future__ import annotations

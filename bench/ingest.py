@@ -14,7 +14,8 @@ logged, not a figure). Then it reads that whole topic, from the earliest offsets
   (checkpoint inspection, the broker check, the query, Delta's history for the report).
 - (b) bare Spark: the same session, spark.readStream.format("kafka") (subscribe, startingOffsets earliest,
   and the project's kafka.fetch.max.wait.ms, a consumer setting) -> select key, value, topic, partition,
-  offset, timestamp -> writeStream Delta sink, trigger availableNow, a fresh table and checkpoint each run. Timed: start to awaitTermination's return.
+  offset, timestamp -> writeStream Delta sink, trigger availableNow, a fresh table and checkpoint each run.
+  Timed: start to awaitTermination's return.
 - (c) raw: confluent-kafka consumers, one spawned process per partition, each assigning its partition at
   the beginning and calling consume(num_messages=10000) until it has read up to the end offset (the last
   call asks only for the records left, so that it does not wait out its timeout), counting key and value
