@@ -53,6 +53,17 @@ def table_id(spark: SparkSession, path: str) -> str | None:
     return str(_snapshot(spark, path).metadata().id()) if has_delta_log(spark, path) else None
 
 
+def txn_version(spark: SparkSession, path: str, app_id: str) -> int | None:
+    """The newest txnVersion committed to the table under `app_id` (None when none was, or there is no table).
+
+    Delta computes the snapshot's state for it (a Spark job): for the rare question, not for every batch.
+    """
+    if not has_delta_log(spark, path):
+        return None
+    found = _snapshot(spark, path).transactions().get(app_id)
+    return int(found.get()) if found.isDefined() else None
+
+
 def _read_commit(spark: SparkSession, path: str, version: int) -> Commit | None:
     """The commit's `commitInfo` (None when its file is gone: log cleanup removes the oldest)."""
     jvm = spark._jvm

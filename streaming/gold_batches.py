@@ -37,6 +37,7 @@ from pyspark.sql import functions as F
 
 from schemas.tables import LATE_ARRIVALS, TableSpec
 from streaming.context import BatchScope, FlowContext, QualityGate, iso_micros
+from streaming.delta_log import txn_version
 from streaming.lake_files import has_delta_log
 from streaming.positions import RecordsPositions, UserMetadata
 from streaming.sinks import append_once, dml_once, ensure_table, merge_metrics
@@ -237,7 +238,9 @@ class EventTimeWriter(RecordsPositions):
 
         If that batch is (txn, batch_id) itself, Spark had not recorded it when its process stopped and
         now replays it: Delta skips each of its writes, so it gets the watermark it started from, and
-        routes its rows as it did the first time (none both merged and listed late).
+        routes its rows as it did the first time (none both merged and listed late). With no watermark
+        saved yet, rows in the target are refused as an earlier version's, unless Delta holds them as
+        this very batch's merge (its process stopped before the first watermark was saved).
         """
         if has_delta_log(spark, self.watermark_path):
             row = spark.read.format("delta").load(self.watermark_path).first()
@@ -251,6 +254,11 @@ class EventTimeWriter(RecordsPositions):
             self._seen = saved.get("seen_max_micros") or saved["max_event_micros"]
             return saved["max_event_micros"]
         target = self.target.path(self.lake_root)
+        if txn is not None and batch_id is not None and txn_version(spark, target, txn) == batch_id:
+            # This query's first batch merged its rows and its process stopped before the watermark was
+            # saved: the replay is skipped by Delta and starts, as the first run did, with no watermark.
+            self._seen = None
+            return None
         if has_delta_log(spark, target) and spark.read.format("delta").load(target).limit(1).count():
             raise StaleGoldTable(
                 f"{self.target.name} holds rows that an earlier version of flow {self.flow} wrote, and this version "

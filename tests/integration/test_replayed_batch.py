@@ -5,13 +5,17 @@ rows, when it had none) it writes, so it must find the watermark it started from
 """
 
 import dataclasses
+import shutil
 from datetime import datetime, timedelta, timezone
+
+import pytest
 
 from schemas import topics
 from schemas.tables import GOLD_REVENUE_PER_MINUTE, LATE_ARRIVALS, SILVER_ORDERS
 from streaming.context import FlowContext
 from streaming.flows import BY_NAME
 from streaming.generator import generate, iso
+from streaming.gold_batches import StaleGoldTable
 from streaming.lake_files import has_delta_log
 from streaming.transforms.bronze import to_bronze
 
@@ -58,6 +62,33 @@ def test_a_batch_replayed_after_its_watermark_was_saved_counts_and_lists_nothing
     expected[(T0 + timedelta(minutes=41), "EUR")] = (10, 1)
     assert revenue(spark, lake) == expected
     assert [r["event_id"] for r in spark.read.format("delta").load(late).collect()] == ["o4"]
+
+
+def test_a_first_batch_replayed_before_its_watermark_was_saved_counts_nothing_twice(spark, tmp_path):
+    """Killed between batch 0's merge and its first watermark: the replay is skipped, not refused as a stale table."""
+    lake = str(tmp_path / "lake")
+    flow = BY_NAME["gold_revenue_per_minute"]
+    ctx = FlowContext(lake_root=lake, kafka_bootstrap="unused:1", gold_watermark="10 minutes")
+    batch = orders(spark, ("o1", 0, 100), ("o2", 40, 400))
+    first = flow.batch_writer(ctx)
+    first(flow.apply(batch, ctx=ctx), 0)
+    # The state a kill leaves there: the merge committed, the watermark (written last) never was.
+    shutil.rmtree(first.watermark_path)
+    expected = {(T0, "EUR"): (100, 1), (T0 + timedelta(minutes=40), "EUR"): (400, 1)}
+
+    # Any other batch finding those rows would count them again: refused, with what to do.
+    with pytest.raises(StaleGoldTable, match="delete .* and run again"):
+        flow.batch_writer(ctx)(flow.apply(orders(spark, ("o9", 41, 1)), ctx=ctx), 1)
+
+    replay = flow.batch_writer(ctx)
+    replay(flow.apply(batch, ctx=ctx), 0)
+    assert revenue(spark, lake) == expected
+    # It saved the watermark the first run would have: 40 - 10 = 30 minutes; a row at 20 minutes is late.
+    replay(flow.apply(orders(spark, ("o3", 20, 50), ("o4", 41, 10)), ctx=ctx), 1)
+    expected[(T0 + timedelta(minutes=41), "EUR")] = (10, 1)
+    assert revenue(spark, lake) == expected
+    late = spark.read.format("delta").load(LATE_ARRIVALS.path(lake))
+    assert [r["event_id"] for r in late.collect()] == ["o3"]
 
 
 BRONZE = ("key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, partition int, "
