@@ -246,7 +246,8 @@ def delay_writer(flow: Flow, ctx: FlowContext) -> RecomputeWriter:
         target=flow.target, lake_root=ctx.lake_root, app_id=flow.app_id,
         silver_paths=[ctx.input_path(s) for s in flow.sources], narrow=gold.to_delay_events,
         compute=gold.to_processing_delay, keys=("minute", "topic"),
-        bucket=lambda df: df.withColumn("minute", F.date_trunc("minute", "occurred_at")), ctx=ctx,
+        bucket=lambda df: df.withColumn("minute", F.date_trunc("minute", "occurred_at")),
+        bucket_time=("minute", "occurred_at", 60_000_000), ctx=ctx,
     )
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Callable, Mapping
 
 from delta.tables import DeltaTable
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 _UNSET = object()
 # watermark_after while a new flow holds its first watermark (a split commit): no window or join closes.
 _NOTHING_CLOSES = -(1 << 62)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class StaleGoldTable(RuntimeError):
@@ -88,19 +90,26 @@ class Step:
     user_metadata: str | None = None   # recorded with each commit: the batch's source positions (positions.py)
     quality: QualityGate | None = None  # checks the rows each merge writes against the table's suite
     scope: BatchScope | None = None     # the batch those rows came from, for the quality results
+    event_range: tuple[int, int] | None = None  # the earliest and latest event time of the step's rows (micros)
 
     @property
     def target_path(self) -> str:
         return self.target.path(self.lake_root)
 
-    def merge(self, source: DataFrame, *, on: str, matched: Mapping[str, str] | None = None,
-              delete_flag: str | None = None) -> int:
-        """MERGE `source` into the target once per (flow, batch); returns rows inserted + updated + deleted.
+    def merge(self, source: DataFrame, *, keys: tuple[str, ...], matched: Mapping[str, str] | None = None,
+              delete_flag: str | None = None, key_range: tuple[str, int, int] | None = None) -> int:
+        """MERGE `source` into the target on `keys`, once per (flow, batch); returns rows inserted + updated + deleted.
 
         `matched` maps target columns to expressions over `t` (target) and `s` (source) for matched rows
         (default: take the source's values). A source row whose boolean `delete_flag` column is true
-        deletes its match and is never inserted.
+        deletes its match and is never inserted. `key_range` (a timestamp key, its least and greatest
+        value in `source`, in micros) lets Delta skip the target's files outside it: key equality implies
+        it, so the same rows match, and the MERGE reads the part of the table the batch reaches.
         """
+        on = on_keys(keys)
+        if key_range is not None:
+            column, lo, hi = key_range
+            on += f" AND t.`{column}` >= {timestamp_literal(lo)} AND t.`{column}` <= {timestamp_literal(hi)}"
         if self.quality is None or self.scope is None:
             return self._merge(source, on=on, matched=matched, delete_flag=delete_flag)
         # Persisted so that validating and merging compute the step's output once.
@@ -177,6 +186,7 @@ def _summary(batch: DataFrame, is_late: Column,
         F.count(F.when(is_late, 1)).alias("late"),
         F.max(micros).alias("max"),
         F.min(F.when(~is_late, micros)).alias("min_on_time"),
+        F.max(F.when(~is_late, micros)).alias("max_on_time"),
     ]
     if not {"topic", "partition", "offset"} <= set(batch.columns):
         return batch.agg(*figures).first().asDict(), None
@@ -187,7 +197,8 @@ def _summary(batch: DataFrame, is_late: Column,
         return pick((r[name] for r in found if r[name] is not None), default=None)
 
     row = {"rows": sum(r["rows"] for r in found), "late": sum(r["late"] for r in found),
-           "max": over_partitions("max", max), "min_on_time": over_partitions("min_on_time", min)}
+           "max": over_partitions("max", max), "min_on_time": over_partitions("min_on_time", min),
+           "max_on_time": over_partitions("max_on_time", max)}
     return row, tuple(sorted((r["topic"], r["partition"], r["a"], r["b"]) for r in found))
 
 
@@ -198,11 +209,17 @@ def on_keys(keys: tuple[str, ...]) -> str:
     return " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
 
 
+def timestamp_literal(micros: int) -> str:
+    """A SQL TIMESTAMP literal for an instant in microseconds, exact, in UTC whatever the session's time zone."""
+    instant = _EPOCH + timedelta(microseconds=micros)   # integer arithmetic: a bound is exact
+    return f"TIMESTAMP '{instant.strftime('%Y-%m-%d %H:%M:%S.%f')}Z'"
+
+
 def add_partials(keys: tuple[str, ...], sums: tuple[str, ...]) -> StepFunction:
     """A step that adds a batch's partial aggregates (sums and counts) to the matching rows of its table."""
 
     def step(partials: DataFrame, at: Step) -> int:
-        return at.merge(partials, on=on_keys(keys), matched={c: f"t.`{c}` + s.`{c}`" for c in sums})
+        return at.merge(partials, keys=keys, matched={c: f"t.`{c}` + s.`{c}`" for c in sums})
 
     return step
 
@@ -322,7 +339,7 @@ class EventTimeWriter(RecordsPositions):
                 at = Step(spark=spark, batch_id=batch_id, app_id=txn, lake_root=self.lake_root,
                           target=self.target, state_root=self.state_root, watermark=watermark,
                           watermark_after=_NOTHING_CLOSES if new_max is None else new_max - self.delay,
-                          user_metadata=record.metadata(),
+                          user_metadata=record.metadata(), event_range=(row["min_on_time"], row["max_on_time"]),
                           **quality_of(self.ctx, self.flow, batch_id, batch, offsets))
                 written = self.step(self.aggregate(batch.where(~is_late)), at)
         finally:
@@ -358,23 +375,40 @@ class RecomputeWriter(RecordsPositions):
 
     def __init__(self, *, target: TableSpec, lake_root: str, app_id: str, silver_paths: list[str],
                  narrow: Callable[..., DataFrame], compute: Callable[[DataFrame], DataFrame], keys: tuple[str, ...],
-                 bucket: Callable[[DataFrame], DataFrame], ctx: FlowContext | None = None):
+                 bucket: Callable[[DataFrame], DataFrame], bucket_time: tuple[str, str, int],
+                 ctx: FlowContext | None = None):
         self.target, self.lake_root, self.app_id, self.ctx = target, lake_root, app_id, ctx
         self.silver_paths, self.narrow, self.compute, self.keys, self.bucket = silver_paths, narrow, compute, keys, bucket
+        # (key, event time, width in micros): the key holds each event's time truncated to buckets of that width.
+        self.bucket_time = bucket_time
         self.stats = GoldBatchStats()
 
     def settle(self, spark: SparkSession) -> None:
         """Nothing to fill in: the table has no watermark or state."""
 
+    def within_buckets(self, starts: list[int]) -> Column:
+        """Silver rows in the time range of the buckets that start at `starts` (micros).
+
+        The day's other files are skipped by their statistics, so a batch does not read more of silver as
+        the day goes on; the semi-join on the touched keys then keeps exactly the touched buckets' rows.
+        """
+        _, event_time, width = self.bucket_time
+        return ((F.col(event_time) >= F.expr(timestamp_literal(min(starts))))
+                & (F.col(event_time) < F.expr(timestamp_literal(max(starts) + width))))
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
-        touched = self.bucket(batch).select(*self.keys, "event_date").distinct().collect()
+        key = self.bucket_time[0]
+        touched = self.bucket(batch).select(*self.keys, "event_date", F.unix_micros(key).alias("_bucket_micros")) \
+            .distinct().collect()
         if not touched:
             return
-        keys = F.broadcast(spark.createDataFrame(touched).drop("event_date").distinct())
+        keys = F.broadcast(spark.createDataFrame(touched).drop("event_date", "_bucket_micros").distinct())
         dates = sorted({r["event_date"] for r in touched})
+        starts = [r["_bucket_micros"] for r in touched]
+        span = self.within_buckets(starts)
         silver = self.narrow(*[
-            spark.read.format("delta").load(p).where(F.col("event_date").isin(dates))
+            spark.read.format("delta").load(p).where(F.col("event_date").isin(dates) & span)
             for p in self.silver_paths if has_delta_log(spark, p)
         ])
         fresh = self.compute(self.bucket(silver).join(keys, list(self.keys), "left_semi"))
@@ -382,7 +416,7 @@ class RecomputeWriter(RecordsPositions):
         at = Step(spark=spark, batch_id=batch_id, app_id=record.txn_app_id, lake_root=self.lake_root,
                   target=self.target, state_root="", watermark=None, watermark_after=0,
                   user_metadata=record.metadata(final=True), **quality_of(self.ctx, self.target.name, batch_id, batch))
-        written = at.merge(fresh, on=on_keys(self.keys))
+        written = at.merge(fresh, keys=self.keys, key_range=(key, min(starts), max(starts)))
         stats = self.stats
         stats.batches += 1
         stats.input_rows += batch.count()
@@ -407,6 +441,6 @@ class UpsertWriter(RecordsPositions):
         at = Step(spark=batch.sparkSession, batch_id=batch_id, app_id=record.txn_app_id, lake_root=self.lake_root,
                   target=self.target, state_root="", watermark=None, watermark_after=0,
                   user_metadata=record.metadata(final=True), **quality_of(self.ctx, self.target.name, batch_id, batch))
-        written = at.merge(self.compute(batch), on=on_keys(self.keys))
+        written = at.merge(self.compute(batch), keys=self.keys)
         self.stats.batches += 1
         self.stats.rows_written += written

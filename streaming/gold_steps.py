@@ -10,9 +10,22 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streaming.gold_batches import Step, StepFunction, on_keys
+from streaming.gold_batches import Step, StepFunction, timestamp_literal
 from streaming.transforms.gold import to_activity_intervals, to_order_velocity, to_sessions
 from streaming.lake_files import has_delta_log
+
+
+def _near(table: DataFrame, at: Step, *, start: str, end: str, reach_micros: int) -> DataFrame:
+    """The target's rows whose [start, end] comes within `reach` of the batch's event-time range.
+
+    The per-customer conditions below imply it; as literals Delta skips every other file of the table
+    (file statistics), so a batch reads the part of its table near its own events, not the whole table.
+    """
+    if at.event_range is None or None in at.event_range:
+        return table
+    lo, hi = at.event_range
+    return table.where((F.col(end) >= F.expr(timestamp_literal(lo - reach_micros)))
+                       & (F.col(start) <= F.expr(timestamp_literal(hi + reach_micros))))
 
 
 def _bounds(rows: DataFrame, time: str) -> DataFrame:
@@ -29,12 +42,13 @@ def sliding_counts(*, window_micros: int, threshold: int) -> StepFunction:
         table = at.read_target()
         if table is None:
             return at.merge(to_order_velocity(new, window_micros=window_micros, threshold=threshold),
-                            on=on_keys(("order_id",)))
+                            keys=("order_id",))
         # Orders whose look-back a new order falls into, and those that fall into a new order's look-back.
         bounds = F.broadcast(_bounds(new, "ordered_at"))
         t = F.unix_micros("ordered_at")
         known = (
-            table.join(bounds, "customer_id")
+            _near(table, at, start="ordered_at", end="ordered_at", reach_micros=window_micros)
+            .join(bounds, "customer_id")
             .where((t >= F.col("_lo") - window_micros) & (t <= F.col("_hi") + window_micros))
             .select("order_id", "customer_id", "ordered_at", "event_id")
         )
@@ -43,7 +57,7 @@ def sliding_counts(*, window_micros: int, threshold: int) -> StepFunction:
         # Orders before the batch's earliest one keep their count: nothing new is before them.
         changed = counted.join(bounds.select("customer_id", "_lo"), "customer_id") \
             .where(t >= F.col("_lo")).drop("_lo")
-        return at.merge(changed, on=on_keys(("order_id",)))
+        return at.merge(changed, keys=("order_id",))
 
     return step
 
@@ -58,7 +72,8 @@ def session_windows(*, gap_micros: int) -> StepFunction:
         if table is not None:
             bounds = F.broadcast(_bounds(events, "session_start"))
             touched = (
-                table.join(bounds, "customer_id")
+                _near(table, at, start="session_start", end="session_end", reach_micros=gap_micros)
+                .join(bounds, "customer_id")
                 .where((F.unix_micros("session_end") >= F.col("_lo") - gap_micros)
                        & (F.unix_micros("session_start") <= F.col("_hi") + gap_micros))
                 .select("customer_id", "session_start", "session_end", "page_views", "orders")
@@ -75,7 +90,7 @@ def session_windows(*, gap_micros: int) -> StepFunction:
             gone = touched.select("customer_id", "session_start").join(
                 merged.select("customer_id", "session_start"), ["customer_id", "session_start"], "left_anti")
             merged = merged.unionByName(gone, allowMissingColumns=True).fillna({"_delete": True})
-        written = at.merge(merged, on=on_keys(("customer_id", "session_start")), delete_flag="_delete")
+        written = at.merge(merged, keys=("customer_id", "session_start"), delete_flag="_delete")
         # Sessions the watermark has passed can no longer grow: an on-time event is at least a gap after them.
         at.update(f"NOT closed AND unix_micros(session_end) + {gap_micros} <= {at.watermark_after}",
                   {"closed": "true"})
@@ -135,7 +150,7 @@ def interval_join(*, within_micros: int) -> StepFunction:
         ).unionByName(
             orphans.select(*_joined(F.col("p.order_id"), None, "p"), F.lit("payment_without_order").alias("outcome"))
         )
-        written = at.merge(out, on=on_keys(("order_id", "payment_id")))
+        written = at.merge(out, keys=("order_id", "payment_id"))
         at.save_state(rows.where(~expired), JOIN_STATE)
         return written
 
