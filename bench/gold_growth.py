@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                   "orders_per_hour": args.orders_per_hour, "batch_orders": per_minute, "small_hours": args.small_hours,
                   "hours": args.hours, "rounds": args.rounds, "flows": figures}
         row = harness.docs_row(
-            started_at.strftime("%Y-%m-%d %H:%M"), f"`python -m {NAME} {' '.join(argv or [])}`".replace(" `", "`"),
+            started_at.strftime("%Y-%m-%d %H:%M"), f"`{result['command']}`",
             f"silver_orders and three gold tables built one commit per hour of event time, {args.orders_per_hour:,} "
             f"orders per hour; then one batch of {per_minute:,} new orders (a minute) through each gold flow's writer, "
             f"median of {args.rounds} rotating rounds after a warm-up; before = {args.small_hours} h of history, "
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             "; ".join(f"{n} {f['large_s']:.2f} s" for n, f in figures.items()),
             "; ".join(f"{n} {f['large_over_small']:.2f}x" for n, f in figures.items())
             + " (large/small: 1.0 = a batch costs the same whatever the history)",
-            f"{where}, load {result['load_end']}")
+            f"{where}, {result['load_end']} at the end")
         harness.record(NAME, result, row)
     return 0
 
