@@ -1,13 +1,14 @@
-"""Bench: one small gold batch's seconds when the lake holds hours of history against when it holds little.
+"""Bench: one small silver and gold batch's seconds when the lake holds hours of history against when it holds little.
 
-A stream's gold flows run one micro-batch per trigger, all day. If a batch's work grows with what the
-lake already holds (a MERGE that reads every file of its table, a recomputation that reads every silver
-row of the day), a stream slows down as the day goes on, at any rate. This bench builds two lakes the
-way a stream does, one commit per hour of event time: silver_orders and the gold tables fed from it,
-`--small-hours` of history in one and `--hours` in the other. Then, in rotating rounds, it times the
-same one-minute batch of new orders through each gold flow's writer (the function a stream's
-foreachBatch calls) on both lakes. The figure is the ratio large/small per flow: 1.0 means a batch
-costs the same at the end of the day as at its start.
+A stream's silver and gold flows run one micro-batch per trigger, all day. If a batch's work grows with
+what the lake already holds (a MERGE that reads every file of its table, a recomputation that reads
+every silver row of the day, a duplicate check against the whole day's ids), a stream slows down as the
+day goes on, at any rate. This bench builds two lakes the way a stream does, one commit per hour of
+event time: silver_orders and the gold tables fed from it, `--small-hours` of history in one and
+`--hours` in the other. Then, in rotating rounds, it times the same one-minute batch of new orders
+through silver_orders' writer (from their Kafka records) and each gold flow's writer (the functions a
+stream's foreachBatch calls) on both lakes. The figure is the ratio large/small per flow: 1.0 means a
+batch costs the same at the end of the day as at its start.
 
 Orders are the generator's (streaming.generator, seed 7), parsed by the silver flow once and shifted by
 whole hours for each hour of history (ids suffixed, so that no two hours share an id).
@@ -25,36 +26,49 @@ from bench import harness
 from bench.harness import say
 
 NAME = "gold_growth"
-FLOWS = ("gold_revenue_per_minute", "gold_order_velocity", "gold_processing_delay")
+FLOWS = ("silver_orders", "gold_revenue_per_minute", "gold_order_velocity", "gold_processing_delay")
+GOLD = FLOWS[1:]
 KAFKA_ROWS = ("key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, "
               "partition int, offset long, timestamp timestamp, timestampType int")
 T0 = datetime(2026, 11, 2, 0, 0, tzinfo=timezone.utc)
 
 
 def template_orders(spark, ctx, orders_per_hour: int):
-    """One hour of silver orders (the silver flow's own output), event times spread evenly over the hour."""
+    """One hour of silver orders (the silver flow's own output), event times spread evenly over the hour.
+
+    Returns them with the hour's first minute as records with their times, for `minute_records`.
+    """
     from pyspark.sql import functions as F
 
     from schemas.tables import SILVER_ORDERS
     from streaming.flows import BY_NAME
-    from streaming.generator import generate, iso
-    from streaming.transforms.bronze import to_bronze
+    from streaming.generator import generate
 
     flow = BY_NAME["silver_orders"]
     records = [r for r in generate(orders_per_hour * 8, seed=harness.SEED)
                if r.topic == "shop.orders.v1" and r.kind == "valid"][:orders_per_hour]
     step = 3600.0 / len(records)
-    rows = []
-    for i, record in enumerate(records):
-        at = T0 + timedelta(seconds=i * step)
-        event = dataclasses.replace(record, event={**record.event, "occurred_at": iso(at)})
-        rows.append((event.key, event.encode(at), [("schema", record.topic.encode())], record.topic, 0, i, at, 0))
-    bronze = to_bronze(spark.createDataFrame(rows, KAFKA_ROWS))
+    timed = [(record, T0 + timedelta(seconds=i * step)) for i, record in enumerate(records)]
     scratch = dataclasses.replace(ctx, lake_root=f"{ctx.lake_root}-template")
-    flow.batch_writer(scratch)(flow.apply(bronze, ctx=scratch), 0)
+    flow.batch_writer(scratch)(flow.apply(bronze_rows(spark, timed, hours=0, suffix=""), ctx=scratch), 0)
     out = spark.read.format("delta").load(SILVER_ORDERS.path(scratch.lake_root)).cache()
     out.count()
-    return out
+    return out, [(r, at) for r, at in timed if at < T0 + timedelta(minutes=1)]
+
+
+def bronze_rows(spark, timed: list, *, hours: float, suffix: str, first_offset: int = 0):
+    """Bronze rows of the records (each with its event time), moved `hours` later and their ids suffixed."""
+    from streaming.generator import iso
+    from streaming.transforms.bronze import to_bronze
+
+    rows = []
+    for i, (record, at) in enumerate(timed, start=first_offset):
+        at = at + timedelta(hours=hours)
+        event = {**record.event, "occurred_at": iso(at), "event_id": record.event["event_id"] + suffix,
+                 "order_id": record.event["order_id"] + suffix}
+        moved = dataclasses.replace(record, event=event)
+        rows.append((moved.key, moved.encode(at), [("schema", record.topic.encode())], record.topic, 0, i, at, 0))
+    return to_bronze(spark.createDataFrame(rows, KAFKA_ROWS))
 
 
 def shifted(template, hours: float, suffix: str):
@@ -71,19 +85,29 @@ def shifted(template, hours: float, suffix: str):
         "offset", F.col("offset") + F.lit(int(hours * 1000) * 1_000_000))
 
 
-def feed(spark, ctx, writers: dict, batch, batch_id: int) -> dict[str, float]:
-    """Append `batch` to silver_orders as a stream would, then run each gold flow's writer on it; seconds per flow."""
+def feed(spark, ctx, writers: dict, batch, batch_id: int, bronze=None) -> dict[str, float]:
+    """Append `batch` to silver_orders as a stream would, then run each gold flow's writer on it; seconds per flow.
+
+    With `bronze` (the same orders as Kafka records), silver_orders' writer appends them, timed, instead.
+    """
     from schemas.tables import SILVER_ORDERS
     from streaming.flows import BY_NAME
     from streaming.transforms.gold import to_delay_events
 
-    batch.write.format("delta").mode("append").save(SILVER_ORDERS.path(ctx.lake_root))
     seconds = {}
-    for name, writer in writers.items():
+    if bronze is None:
+        (batch.write.format("delta").mode("append").partitionBy(*SILVER_ORDERS.partition_by)
+         .save(SILVER_ORDERS.path(ctx.lake_root)))
+    else:
+        parsed = BY_NAME["silver_orders"].apply(bronze, ctx=ctx)
+        started = time.perf_counter()
+        writers["silver_orders"](parsed, batch_id)
+        seconds["silver_orders"] = time.perf_counter() - started
+    for name in GOLD:
         flow = BY_NAME[name]
         rows = to_delay_events(batch) if name == "gold_processing_delay" else flow.apply(batch, ctx=ctx)
         started = time.perf_counter()
-        writer(rows, batch_id)
+        writers[name](rows, batch_id)
         seconds[name] = time.perf_counter() - started
     return seconds
 
@@ -122,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         from pyspark.sql import functions as F
 
         base = harness.project_context(settings, f"{settings.home}/lake-small")
-        template = template_orders(spark, base, args.orders_per_hour)
+        template, minute = template_orders(spark, base, args.orders_per_hour)
         lakes = {}
         for label, hours in (("small", args.small_hours), ("large", args.hours)):
             ctx = harness.project_context(settings, f"{settings.home}/lake-{label}")
@@ -134,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
                 ctx, writers, hours = lakes[label]
                 per_minute = first_minute.count()
                 batch = shifted(first_minute, hours + r / 60, f"-new{r}")
-                seconds = feed(spark, ctx, writers, batch, hours + r)
+                bronze = bronze_rows(spark, minute, hours=hours + r / 60, suffix=f"-new{r}",
+                                     first_offset=(r + 1) * 1_000_000)
+                seconds = feed(spark, ctx, writers, batch, hours + r, bronze)
                 if r:
                     for name, s in seconds.items():
                         times[label][name].append(s)
@@ -157,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         row = harness.docs_row(
             started_at.strftime("%Y-%m-%d %H:%M"), f"`{result['command']}`",
             f"silver_orders and three gold tables built one commit per hour of event time, {args.orders_per_hour:,} "
-            f"orders per hour; then one batch of {per_minute:,} new orders (a minute) through each gold flow's writer, "
+            f"orders per hour; then one batch of {per_minute:,} new orders (a minute) through silver_orders' writer "
+            f"(from their Kafka records) and each gold flow's writer, "
             f"median of {args.rounds} rotating rounds after a warm-up; before = {args.small_hours} h of history, "
             f"after = {args.hours} h",
             "; ".join(f"{n} {f['small_s']:.2f} s" for n, f in figures.items()),

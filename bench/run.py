@@ -27,8 +27,8 @@ BENCHES: dict[str, tuple[str, str]] = {
                                "same verdicts required"),
     "cold_start": ("bench.cold_start", "lakehouse sql and a one-table lakehouse run with no endpoint up (each starts "
                                        "its own Spark driver), without and with the driver's class archive"),
-    "gold_growth": ("bench.gold_growth", "one small gold batch with hours of history in the lake against little: "
-                                         "does a stream's gold batch cost more as the day goes on?"),
+    "gold_growth": ("bench.gold_growth", "one small silver and gold batch with hours of history in the lake against "
+                                         "little: does a stream's batch cost more as the day goes on?"),
     "catch_up_job": ("bench.catch_up_job", "a whole catch-up as Dagster's catch_up job (lakehouse run, the demo, "
                                            "the UI) against its flows alone: what recording them adds"),
 }

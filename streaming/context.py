@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from contextlib import nullcontext
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ContextManager, Mapping, Protocol
 
@@ -17,11 +17,27 @@ _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 
 _PART = re.compile(r"\s*(\d+)\s*(second|minute|hour|day|week)s?\s*", re.IGNORECASE)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def instant_of(micros: int) -> datetime:
+    """An instant in microseconds since the epoch as a UTC datetime, exact (integer arithmetic, no float)."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
 def iso_micros(micros: int | None) -> str | None:
     """An instant in microseconds since the epoch as ISO-8601 UTC (None stays None)."""
     if micros is None:
         return None
-    return datetime.fromtimestamp(micros / 1e6, tz=timezone.utc).isoformat()
+    return instant_of(micros).isoformat()
+
+
+def timestamp_literal(micros: int) -> str:
+    """A SQL TIMESTAMP literal for an instant in microseconds, exact, in UTC whatever the session's time zone.
+
+    Literals, not a column or a join, are what Delta skips a table's files by (their min/max statistics).
+    """
+    return f"TIMESTAMP '{instant_of(micros).strftime('%Y-%m-%d %H:%M:%S.%f')}Z'"
 
 
 def duration_micros(text: str) -> int:

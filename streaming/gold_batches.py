@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 from typing import Callable, Mapping
 
 from delta.tables import DeltaTable
@@ -37,7 +36,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from schemas.tables import LATE_ARRIVALS, TableSpec
-from streaming.context import BatchScope, FlowContext, QualityGate, iso_micros
+from streaming.context import BatchScope, FlowContext, QualityGate, iso_micros, timestamp_literal
 from streaming.delta_log import txn_version
 from streaming.lake_files import has_delta_log
 from streaming.positions import RecordsPositions, UserMetadata
@@ -49,7 +48,6 @@ log = logging.getLogger(__name__)
 _UNSET = object()
 # watermark_after while a new flow holds its first watermark (a split commit): no window or join closes.
 _NOTHING_CLOSES = -(1 << 62)
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class StaleGoldTable(RuntimeError):
@@ -207,12 +205,6 @@ StepFunction = Callable[[DataFrame, Step], int]
 
 def on_keys(keys: tuple[str, ...]) -> str:
     return " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-
-
-def timestamp_literal(micros: int) -> str:
-    """A SQL TIMESTAMP literal for an instant in microseconds, exact, in UTC whatever the session's time zone."""
-    instant = _EPOCH + timedelta(microseconds=micros)   # integer arithmetic: a bound is exact
-    return f"TIMESTAMP '{instant.strftime('%Y-%m-%d %H:%M:%S.%f')}Z'"
 
 
 def add_partials(keys: tuple[str, ...], sums: tuple[str, ...]) -> StepFunction:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streaming.gold_batches import Step, StepFunction, timestamp_literal
+from streaming.context import timestamp_literal
+from streaming.gold_batches import Step, StepFunction
 from streaming.transforms.gold import to_activity_intervals, to_order_velocity, to_sessions
 from streaming.lake_files import has_delta_log
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -34,7 +33,7 @@ from pyspark.sql import functions as F
 
 from schemas.events import EventSchema
 from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
-from streaming.context import FlowContext, QualityGate, iso_micros
+from streaming.context import FlowContext, QualityGate, instant_of, iso_micros, timestamp_literal
 from streaming.delta_log import last_commit, table_version
 from streaming.lake_files import has_delta_log
 from streaming.positions import RecordsPositions, parse_metadata
@@ -238,12 +237,18 @@ class SilverWriter(RecordsPositions):
         return first.select("_row.*")
 
     def _not_in_silver(self, spark: SparkSession, fresh: DataFrame, watermark: int | None) -> DataFrame:
-        """Rows whose event id silver does not already hold; only partitions within the watermark are read (all without one)."""
+        """Rows whose event id silver already holds within the watermark are dropped; only that part of silver is read.
+
+        A fresh row is not late, so its event time is at or after the watermark, and so is that of any
+        copy of it (a re-sent event keeps its time). Silver's files are skipped by their partition
+        (`event_date`) and by their event-time statistics: a stream's batch reads the last dedup delay's
+        files, not the whole day's, however long the day has run.
+        """
         # Pinned to the version it is now: Spark refreshes every cached plan that reads a table's latest
         # version after an append to it, and `fresh` is cached through the silver append (0.3 s a batch).
         version = table_version(spark, self.silver_path)
         seen = spark.read.format("delta").option("versionAsOf", version).load(self.silver_path)
         if watermark is not None:
-            since = datetime.fromtimestamp(watermark / 1e6, tz=timezone.utc).date()
-            seen = seen.where(F.col("event_date") >= F.lit(since))
+            seen = seen.where((F.col("event_date") >= F.lit(instant_of(watermark).date()))
+                              & (F.col(self.schema.event_time) >= F.expr(timestamp_literal(watermark))))
         return fresh.join(seen.select("event_id"), "event_id", "left_anti")
