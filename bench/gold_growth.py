@@ -36,7 +36,7 @@ T0 = datetime(2026, 11, 2, 0, 0, tzinfo=timezone.utc)
 def template_orders(spark, ctx, orders_per_hour: int):
     """One hour of silver orders (the silver flow's own output), event times spread evenly over the hour.
 
-    Returns them with the hour's first minute as records with their times, for `minute_records`.
+    Returns them with the hour's first minute as records with their times, for `bronze_rows`.
     """
     from pyspark.sql import functions as F
 
