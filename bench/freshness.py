@@ -1,7 +1,7 @@
 """Bench: how fresh `lakehouse stream` keeps silver and gold at a fixed production rate (send -> visible delay).
 
     .venv/bin/python -m bench.freshness [--rates 1000,5000,20000] [--minutes 3] [--warm-up 30] [--quick]
-                                        [--tables TABLE ... | --floor] [--record] [--no-record] [--keep]
+                                        [--tables TABLE ... | --floor [--hops N]] [--record] [--no-record] [--keep]
 
 Issue 9, item 5. For each rate (events per second), in a fresh temporary folder:
 
@@ -64,7 +64,10 @@ settings, fed the same paced events. Its figure is send -> visible in that table
 the window (the send stamp is read from the record's bytes; a truncated record has none and is placed in
 the window by its broker time), with the same warm-up, drain and kept-up rule (lag from the topics' end
 offsets minus the table's rows). Send -> silver can be no better than this on the machine: it is the
-yardstick for target 3, recorded as the scope "floor".
+yardstick for target 3, recorded as the scope "floor". With --hops N the job is a chain of N such hops, as
+the layers are (each further query a Delta stream of the table before it, appended unchanged to the next,
+on the same trigger), and the figure is send -> visible in the last table: two hops are what silver is
+(Kafka -> bronze -> silver), three what a gold table is. Recorded as the scope "floor, N hops".
 
 Targets: p99 send -> silver <= 3 s at 5,000 events/s on 2 cores; p99 send -> gold <= 5 s (at 5,000 events/s).
 It writes bench/results/freshness.json (figures per table scope: a run with --tables keeps the other scope's
@@ -95,6 +98,7 @@ from typing import Any, Iterator, Sequence
 from urllib.parse import unquote
 
 from bench import harness
+from bench.bare_stream import hop_table
 from bench.harness import ROOT, say
 
 NAME = "freshness"
@@ -107,6 +111,8 @@ LAG_LIMIT_S = 10.0            # Kafka lag at the end of the window, in seconds o
 TREND_LIMIT_S = 5.0           # growth of the median delay from the first to the last 30 s of the window
 BUCKET_S = 30.0
 FLOOR_WHAT = "the barest continuous Spark job (bench.bare_stream: every shop topic, one query, Kafka straight into one Delta table, no parse)"
+# What a chain of that many hops is the floor for: silver is two hops from Kafka, a gold table three.
+FLOOR_FOR = {1: "silver", 2: "silver (bronze, then silver)", 3: "gold (bronze, silver, then gold)"}
 GOLD_TABLE = "gold_revenue_per_minute"
 GOLD_SOURCE = "silver_orders"
 CAUGHT_UP_S = 5.0             # the warm-up ends once the Kafka lag is under this many seconds of production
@@ -596,7 +602,7 @@ def health_now(flows, settings) -> dict[str, Any]:
 # ---------------------------------------------------------------- one rate
 
 def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequence[str], seed: int,
-                 drain_s: float, start_limit_s: float, floor: bool = False) -> dict[str, Any]:
+                 drain_s: float, start_limit_s: float, floor: bool = False, hops: int = 1) -> dict[str, Any]:
     """One rate: `lakehouse stream` (or with `floor` the barest job, bench.bare_stream) fed at `rate` events/s."""
     from streaming.continuous import flows_for
     from streaming.flows import EVENT_SOURCES, FLOWS
@@ -606,7 +612,8 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
     silver_tables = [t.name for t in EVENT_SOURCES if t.name in names]
     has_gold = GOLD_TABLE in names
     window_s = minutes * 60
-    say(f"=== {rate:,} events/s: " + ("the barest job (bench.bare_stream)" if floor else f"{len(flows)} flows")
+    say(f"=== {rate:,} events/s: " + (f"the barest job (bench.bare_stream, {hops} hop{'s' * (hops > 1)})"
+                                        if floor else f"{len(flows)} flows")
         + f", {window_s:.0f} s measured after a {warm_up_s:.0f} s warm-up")
     result: dict[str, Any] = {"rate": rate, "flows": names, "load_start": harness.load_now()}
     more, records = pregenerate(rate, min(MAX_PREGENERATED, int(rate * (start_limit_s + window_s + 10))), seed)
@@ -614,9 +621,9 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
     with bench_home(str(rate)) as settings:
         home = Path(settings.home)
         lake = Path(settings.lake_root)
-        bare_table = lake / "bare"
+        bare_table = hop_table(lake / "bare", hops)   # the chain's last table: what the figure is about
         if floor:
-            command = [sys.executable, "-m", "bench.bare_stream", str(bare_table)]
+            command = [sys.executable, "-m", "bench.bare_stream", str(lake / "bare"), "--hops", str(hops)]
 
             def health() -> dict[str, Any]:
                 return floor_health(settings, bare_table)
@@ -947,8 +954,16 @@ def floor_verdicts(rates: dict[str, dict]) -> None:
         r["kept_up"] = kept_up(r, r["bare"])
 
 
+def floor_what(hops: int) -> str:
+    """What the floor measured, with its number of hops."""
+    if hops == 1:
+        return FLOOR_WHAT
+    return (f"{FLOOR_WHAT}, then {hops - 1} more quer{'ies' if hops > 2 else 'y'}, each a Delta stream of the table "
+            f"before it appended unchanged to the next: {hops} hops, send -> visible in the last table")
+
+
 def floor_summary(result: dict) -> str:
-    lines = [f"freshness floor: {FLOOR_WHAT}, trigger {result['trigger']}, {result['minutes']} min per rate after a "
+    lines = [f"freshness floor: {floor_what(result.get('hops', 1))}, trigger {result['trigger']}, {result['minutes']} min per rate after a "
              f"{result['warm_up_s']:.0f} s warm-up (p50/p95/p99):"]
     for r in result["rates"].values():
         b, gaps = r["bare"], r["bare"]["gap_between_commits_s"] or {}
@@ -974,7 +989,8 @@ def floor_docs_row(result: dict) -> str:
     loads = ", ".join(f"{r['rate']:,}/s {r['load_measure_start']}-{r['load_measure_end']}" for r in result["rates"].values())
     return harness.docs_row(
         result["date"][:16].replace("T", " "), f"`{result['command']}`",
-        f"the floor for send -> silver: {FLOOR_WHAT}, trigger {result['trigger']}, the project's Spark settings, fresh "
+        f"the floor for send -> {FLOOR_FOR.get(result.get('hops', 1), 'the last table')}: "
+        f"{floor_what(result.get('hops', 1))}, trigger {result['trigger']}, the project's Spark settings, fresh "
         f"broker and table per rate; the same paced shop events as the stream's runs; {result['minutes']:g} min "
         f"measured per rate after a {result['warm_up_s']:.0f} s warm-up; p50/p95/p99 send -> visible (mtime of the "
         f"commit file that added the record), every record of every topic",
@@ -1120,11 +1136,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure the yardstick instead of the stream: the barest continuous Spark job "
                              "(bench.bare_stream: every topic, one query, Kafka straight into one Delta table), "
                              "send -> visible there; recorded as the scope 'floor'")
+    parser.add_argument("--hops", type=int, default=1, metavar="N",
+                        help="with --floor: a chain of N bare queries, each reading the table before it, as the "
+                             "layers do (2: what silver is, 3: what a gold table is; default 1)")
     parser.add_argument("--seed", type=int, default=harness.SEED)
     harness.recording_options(parser, quick="1000/s, 1 minute, 20 s warm-up")
     args = parser.parse_args(argv)
     if args.floor and args.tables:
         parser.error("--floor measures the barest job, which has no tables to choose: drop --tables")
+    if args.hops < 1 or (args.hops > 1 and not args.floor):
+        parser.error("--hops N (N at least 1) is the floor's chain of queries: give it with --floor")
     rates = [int(r) for r in args.rates.split(",") if r.strip()]
     if args.quick:
         rates, args.minutes, args.warm_up = rates[:1] if args.rates != "1000,5000,20000" else [1000], 1.0, 20.0
@@ -1133,13 +1154,14 @@ def main(argv: list[str] | None = None) -> int:
     from infra.settings import Settings
 
     defaults = Settings.from_env({})
-    scope = ("the floor: " + FLOOR_WHAT if args.floor else
+    scope = ("the floor: " + floor_what(args.hops) if args.floor else
              ("tables " + " ".join(args.tables) + " and what they read") if args.tables else "all flows (the default)")
-    scope_key = "floor" if args.floor else " ".join(args.tables) or "all"
+    scope_key = (("floor" if args.hops == 1 else f"floor, {args.hops} hops") if args.floor
+                 else " ".join(args.tables) or "all")
     result: dict[str, Any] = {
         "bench": NAME, "date": harness.utc_now().isoformat(timespec="seconds"), "machine": harness.machine(),
         "command": harness.command_line("bench.freshness", argv), "scope": scope, "tables": args.tables,
-        "minutes": args.minutes, "warm_up_s": args.warm_up, "start_limit_s": args.start_limit,
+        "hops": args.hops, "minutes": args.minutes, "warm_up_s": args.warm_up, "start_limit_s": args.start_limit,
         # the stream's processes inherit this environment: its LAKEHOUSE_STREAM_TRIGGERS apply to them
         "trigger": defaults.stream_trigger + "".join(f", {name} every {every}" for name, every in
                                                      Settings.from_env().stream_triggers.items()),
@@ -1151,7 +1173,7 @@ def main(argv: list[str] | None = None) -> int:
     for rate in rates:
         result["rates"][str(rate)] = measure_rate(rate, minutes=args.minutes, warm_up_s=args.warm_up,
                                                   tables=args.tables, seed=args.seed, drain_s=args.drain,
-                                                  start_limit_s=args.start_limit, floor=args.floor)
+                                                  start_limit_s=args.start_limit, floor=args.floor, hops=args.hops)
         if args.floor:
             floor_verdicts(result["rates"])
             print(floor_summary(result), flush=True)

@@ -1,7 +1,8 @@
 """Bench: bronze -> silver -> gold over the shop's mixed topics, events per second and seconds per layer at two sizes.
 
     .venv/bin/python -m bench.pipeline [--events 400000] [--small 100000] [--rounds 2] [--no-quality]
-                                       [--quick] [--record] [--no-record] [--floor] [--marginal FLOW]
+                                       [--quick] [--record] [--no-record] [--floor] [--floor-queries]
+                                       [--marginal FLOW]
                                        [--against LAKEHOUSE_NAME=VALUE]
 
 Issue 9, item 5. Target: >= 50,000 events/s through the whole pipeline at 1.6M events on 2 cores.
@@ -31,7 +32,10 @@ figure is the line's prediction unless --events is 1600000 (a run at that size w
 here). Peak RSS of the Spark driver JVM and the broker JVM per run (bench/harness.py says how). It
 writes bench/results/pipeline.json and appends a row to docs/benchmarks.md. --quick is a smoke run
 (2,000 and 5,000 events, one run each after the warm-up) that records nothing unless --record is given.
---marginal FLOW also runs the catch-up without that gold flow, alternating, for what one more gold table
+--floor-queries also runs a second floor whose gold tables are each the barest streaming query
+(bench.bare_pipeline's gold_as_queries: availableNow, a checkpoint, foreachBatch, one overwrite), and
+reports each floor's gold stage per gold table: what one more gold table costs when it is a query of its
+own, against what its work alone costs. --marginal FLOW also runs the catch-up without that gold flow, alternating, for what one more gold table
 adds to a catch-up. --floor also runs the floor, alternating with each catch-up: the same tables from the
 same log by the barest static Spark jobs (bench/bare_pipeline.py), and reports its line and the
 pipeline's time over it. --against LAKEHOUSE_NAME=VALUE also runs the catch-up with that one setting
@@ -95,8 +99,10 @@ def make_side(spark, settings, expected: Callable[[], int], *, quality: bool = T
     return pipeline
 
 
-def make_floor(spark, settings, expected: Callable[[], int], *, parallel: int = 1) -> Callable[[str], dict]:
-    """The floor: the same catch-up's work by the barest static Spark jobs (bench.bare_pipeline), into a fresh lake."""
+def make_floor(spark, settings, expected: Callable[[], int], *, parallel: int = 1,
+               gold_as_queries: bool = False) -> Callable[[str], dict]:
+    """The floor: the same catch-up's work by the barest static Spark jobs (bench.bare_pipeline), into a fresh lake
+    (with `gold_as_queries`, each gold table by the barest streaming query)."""
     from bench.bare_pipeline import run_floor
 
     runs_root = Path(settings.home) / "runs"
@@ -105,7 +111,7 @@ def make_floor(spark, settings, expected: Callable[[], int], *, parallel: int = 
         folder = runs_root / label
         ctx = harness.project_context(settings, str(folder / "lake"))
         try:
-            result = run_floor(spark, ctx, parallel=parallel)
+            result = run_floor(spark, ctx, parallel=parallel, gold_as_queries=gold_as_queries)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         bronze_rows = sum(n for table, n in result["rows"].items() if table.startswith("bronze_"))
@@ -221,7 +227,7 @@ def fits(sizes: list[dict]) -> dict:
 
 def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: int = harness.SEED,
               quality: bool = True, driver_pid: int | None = None, parallel: int = 1,
-              floor: bool = False, marginal: str | None = None,
+              floor: bool = False, floor_queries: bool = False, marginal: str | None = None,
               against: str | None = None) -> tuple[list[dict], dict, dict]:
     """Preload and catch up at each size in turn (the log grows between sizes); a warm-up before the first.
 
@@ -234,6 +240,9 @@ def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: i
     sides = {"pipeline": make_side(spark, settings, lambda: in_log["n"], quality=quality, parallel=parallel)}
     if floor:
         sides["floor"] = make_floor(spark, settings, lambda: in_log["n"], parallel=parallel)
+    if floor_queries:
+        sides["floor_queries"] = make_floor(spark, settings, lambda: in_log["n"], parallel=parallel,
+                                            gold_as_queries=True)
     if marginal:
         sides["without"] = make_side(spark, settings, lambda: in_log["n"], quality=quality, parallel=parallel,
                                      without=marginal)
@@ -251,6 +260,8 @@ def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: i
         out.append(at_size(runs["pipeline"], size))
         if floor:
             beside.setdefault("floor", []).append(floor_at_size(runs["floor"], runs["pipeline"], size))
+        if floor_queries:
+            beside.setdefault("floor_queries", []).append(floor_at_size(runs["floor_queries"], runs["pipeline"], size))
         if marginal:
             beside.setdefault("marginal", []).append(marginal_at_size(runs["without"], runs["pipeline"], size, marginal))
         if against:
@@ -271,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor", action="store_true",
                         help="also run the floor, the same work by the barest static Spark jobs (bench.bare_pipeline), "
                              "alternating with each catch-up")
+    parser.add_argument("--floor-queries", action="store_true",
+                        help="also run a floor whose gold tables are each the barest streaming query, alternating, "
+                             "for what being a query costs a gold table (needs --floor)")
     parser.add_argument("--marginal", metavar="FLOW", choices=leaf_gold_flows(),
                         help="also run the catch-up without FLOW (a gold flow no other flow reads), alternating, "
                              "for what one more gold table adds to a catch-up")
@@ -283,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.small, args.events, args.rounds = 2_000, 5_000, 1
+    if args.floor_queries and not args.floor:
+        parser.error("--floor-queries compares with the floor's static jobs: give --floor too")
     if not 0 < args.small < args.events:
         parser.error(f"--small ({args.small}) must be above 0 and below --events ({args.events})")
     record = harness.keeps(args)
@@ -305,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         parallel = args.parallel or settings.catch_up_parallel
         sizes, beside, memory_method = run_sizes(spark, settings, broker, [args.small, args.events], args.rounds,
                                                  seed=args.seed, quality=quality, driver_pid=driver_pid,
-                                                 parallel=parallel, floor=args.floor, marginal=args.marginal,
+                                                 parallel=parallel, floor=args.floor,
+                                                 floor_queries=args.floor_queries, marginal=args.marginal,
                                                  against=args.against)
         spark_conf = {"master": settings.spark_master, "shuffle_partitions": settings.spark_shuffle_partitions,
                       "driver_memory": settings.spark_driver_memory,
@@ -350,6 +367,14 @@ def main(argv: list[str] | None = None) -> int:
         }
         result["floor"]["events_per_s_at_1_6M"], result["floor"]["events_per_s_at_1_6M_is"] = at_target_size(
             floors[-1], floor_line)
+    if beside.get("floor_queries"):
+        result["floor_queries"] = {
+            "what": "bench.bare_pipeline with gold_as_queries: the floor, but each gold table by the barest streaming "
+                    "query (its first input as a Delta stream, availableNow, a checkpoint, foreachBatch: the same "
+                    "computation and one Delta overwrite)",
+            "sizes": beside["floor_queries"],
+            "gold_per_table": per_gold_table(beside["floor"], beside["floor_queries"]),
+        }
     harness.publish(NAME, result, summary(result), docs_row, record)
     return 0
 
@@ -395,6 +420,8 @@ def summary(result: dict) -> str:
                  f"target {result['target']}: {harness.met(result['target_met'])}")
     if "floor" in result:
         lines.append(floor_text(result["floor"]))
+    if "floor_queries" in result:
+        lines.append(floor_queries_text(result["floor_queries"]))
     if "marginal" in result:
         lines.append(marginal_text(result["marginal"]))
     if "against" in result:
@@ -414,6 +441,23 @@ def marginal_text(marginal: list[dict]) -> str:
     return f"one more gold table ({marginal[0]['flow']}) adds: " + "; ".join(
         f"{m['events']:,}: {m['adds_s']:+.1f} s (without it {m['without_s']:.1f} s; rounds "
         + ", ".join(f"{a:+.1f}" for a in m["adds_per_round_s"]) + ")" for m in marginal)
+
+
+def per_gold_table(static: list[dict], queries: list[dict]) -> list[dict]:
+    """Each floor's gold stage per gold table at each size: static jobs against bare streaming queries."""
+    out = []
+    for a, b in zip(static, queries):
+        n = sum(1 for table in a["rows_written"] if table.startswith("gold_"))
+        out.append({"events": a["events"], "gold_tables": n,
+                    "static_s": round(a["stages_s"]["gold"] / n, 3), "queries_s": round(b["stages_s"]["gold"] / n, 3)})
+    return out
+
+
+def floor_queries_text(fq: dict) -> str:
+    """What a gold table costs the floor's gold stage, as a static job and as the barest query."""
+    return "floor's gold stage per gold table, a static job -> the barest streaming query: " + "; ".join(
+        f"{g['events']:,}: {g['static_s']:.2f} -> {g['queries_s']:.2f} s ({g['gold_tables']} tables)"
+        for g in fq["gold_per_table"])
 
 
 def floor_text(floor: dict) -> str:
@@ -449,6 +493,7 @@ def docs_row(result: dict) -> str:
         f"{at_target_text(result)}; target "
         f">= {TARGET_EVENTS_PER_S:,} events/s {harness.met(result['target_met'])}"
         + (f"; {floor_text(floor)}" if floor else "")
+        + (f"; {floor_queries_text(result['floor_queries'])}" if "floor_queries" in result else "")
         + (f"; {marginal_text(result['marginal'])}" if "marginal" in result else "")
         + (f"; {against_text(result['against'])}" if "against" in result else ""),
         f"{result['machine']}, {result['load_end']} at the end",
