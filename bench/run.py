@@ -22,7 +22,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "interactive": ("bench.interactive", "seconds a person waits for lakehouse sql with and without lakehouse serve, "
                                          "and for a small lakehouse run (targets 3 s and 10 s)"),
     "freshness": ("bench.freshness", "send -> silver and send -> gold delay (p50/p95/p99) of `lakehouse stream` at fixed rates "
-                                     "(--floor: the barest one-hop job instead)"),
+                                     "(--floor: the barest job instead; --hops N: a chain of N bare queries, as the layers are)"),
     "verify": ("bench.verify", "lakehouse verify of every table, one at a time vs LAKEHOUSE_CATCH_UP_PARALLEL at once, "
                                "same verdicts required"),
     "cold_start": ("bench.cold_start", "lakehouse sql and a one-table lakehouse run with no endpoint up (each starts "
