@@ -35,8 +35,8 @@ writes bench/results/pipeline.json and appends a row to docs/benchmarks.md. --qu
 --floor-queries also runs a second floor whose gold tables are each the barest streaming query
 (bench.bare_pipeline's gold_as_queries: availableNow, a checkpoint, foreachBatch, one overwrite), and
 reports each floor's gold stage per gold table: what one more gold table costs when it is a query of its
-own, against what its work alone costs. --marginal FLOW also runs the catch-up without that gold flow, alternating, for what one more gold table
-adds to a catch-up. --floor also runs the floor, alternating with each catch-up: the same tables from the
+own, against what its work alone costs. --marginal FLOW also runs the catch-up without that gold flow,
+alternating, for what one more gold table adds to a catch-up. --floor also runs the floor, alternating with each catch-up: the same tables from the
 same log by the barest static Spark jobs (bench/bare_pipeline.py), and reports its line and the
 pipeline's time over it. --against LAKEHOUSE_NAME=VALUE also runs the catch-up with that one setting
 changed (a lake or Kafka setting the flows read, such as LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS=500),

@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 _UNSET = object()
 # The key of a watermark commit's userMetadata that holds the row it saved.
 _SAVED = "saved"
+# The watermark table's columns (besides saved_at), in the order _save_max writes them.
+_WATERMARK_COLUMNS = (("max_event_micros", "BIGINT"), ("batch_id", "BIGINT"), ("seen_max_micros", "BIGINT"),
+                      ("txn_app_id", "STRING"), ("before_max_micros", "BIGINT"), ("before_seen_micros", "BIGINT"))
 # watermark_after while a new flow holds its first watermark (a split commit): no window or join closes.
 _NOTHING_CLOSES = -(1 << 62)
 
@@ -308,15 +311,11 @@ class EventTimeWriter(RecordsPositions):
         The row's values also go into the commit's userMetadata (`saved`, beside the batch's positions), so
         the next run reads them from the Delta log instead of by a Spark job (`_saved_row`).
         """
-        names = ("max_event_micros", "batch_id", "seen_max_micros", "txn_app_id", "before_max_micros",
-                 "before_seen_micros")
         values = (max_micros, batch_id, seen_micros, txn, *before)
         row = spark.createDataFrame(
-            [values],
-            "max_event_micros BIGINT, batch_id BIGINT, seen_max_micros BIGINT, txn_app_id STRING, "
-            "before_max_micros BIGINT, before_seen_micros BIGINT",
+            [values], ", ".join(f"{name} {kind}" for name, kind in _WATERMARK_COLUMNS),
         ).withColumn("saved_at", F.current_timestamp())
-        saved = dict(zip(names, values))
+        saved = dict(zip((name for name, _ in _WATERMARK_COLUMNS), values))
         user_metadata = record.metadata(final=True, **{_SAVED: saved}) or json.dumps(
             {_SAVED: saved}, separators=(",", ":"))
         # overwriteSchema: a watermark saved by an earlier version of this code lacks some columns.

@@ -2,11 +2,17 @@
 
 Delta skips each write such a batch made, by its txn id. What it has not written the first time (late
 rows, when it had none) it writes, so it must find the watermark it started from, not the one it left.
+
+A stateful gold flow finds that watermark in the Delta log: each watermark commit records the row it
+saved in its userMetadata (`saved`), so a new writer reads it from the newest commit file instead of by a
+Spark job over the table. A watermark saved by earlier code (no `saved` in its commit) is read from the
+table as before.
 """
 
 import dataclasses
 import shutil
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -24,11 +30,11 @@ SCHEMA = "event_id string, occurred_at timestamp, currency string, total_cents b
          "topic string, partition int, offset bigint, appended_at timestamp, ingested_at timestamp"
 
 
-def orders(spark, *rows):
-    """Silver order rows (event id, minutes after T0, cents), at Kafka offsets 0, 1, ..."""
+def orders(spark, *rows, first_offset=0):
+    """Silver order rows (event id, minutes after T0, cents), at Kafka offsets first_offset, first_offset + 1, ..."""
     return spark.createDataFrame([
         (event_id, T0 + timedelta(minutes=minutes), "EUR", cents, 1, "shop.orders.v1", 0, offset, T0, T0)
-        for offset, (event_id, minutes, cents) in enumerate(rows)
+        for offset, (event_id, minutes, cents) in enumerate(rows, start=first_offset)
     ], SCHEMA)
 
 
@@ -89,6 +95,55 @@ def test_a_first_batch_replayed_before_its_watermark_was_saved_counts_nothing_tw
     assert revenue(spark, lake) == expected
     late = spark.read.format("delta").load(LATE_ARRIVALS.path(lake))
     assert [r["event_id"] for r in late.collect()] == ["o3"]
+
+
+def late_ids(spark, lake: str) -> list[str]:
+    return sorted(r["event_id"] for r in spark.read.format("delta").load(LATE_ARRIVALS.path(lake)).collect())
+
+
+def cents_by_minute(spark, lake: str) -> dict:
+    return {window: cents for (window, _currency), (cents, _orders) in revenue(spark, lake).items()}
+
+
+def first_batch(spark, lake: str) -> tuple:
+    """gold_revenue_per_minute's batch 0 (orders at 0, 5 and 40 minutes); its flow, context and writer."""
+    flow = BY_NAME["gold_revenue_per_minute"]
+    ctx = FlowContext(lake_root=lake, kafka_bootstrap="unused:1", gold_watermark="10 minutes")
+    first = flow.batch_writer(ctx)
+    first(flow.apply(orders(spark, ("o1", 0, 100), ("o2", 5, 200), ("o3", 40, 400)), ctx=ctx), 0)
+    return flow, ctx, first
+
+
+def test_the_watermark_is_read_from_its_commit_even_with_the_table_s_files_gone(spark, tmp_path):
+    """With the watermark table's data files deleted, only the commit's record can give the watermark."""
+    lake = str(tmp_path / "lake")
+    flow, ctx, first = first_batch(spark, lake)
+    data_files = list(Path(first.watermark_path).glob("*.parquet"))
+    assert data_files
+    for path in data_files:
+        path.unlink()
+
+    second = flow.batch_writer(ctx)
+    # The watermark batch 0 left: 40 - 10 = 30 minutes; the order at 20 minutes is late, the one at 41 is not.
+    second(flow.apply(orders(spark, ("o4", 20, 50), ("o5", 41, 10), first_offset=3), ctx=ctx), 1)
+    assert late_ids(spark, lake) == ["o4"]
+    expected = {T0 + timedelta(minutes=m): c for m, c in ((0, 100), (5, 200), (40, 400), (41, 10))}
+    assert cents_by_minute(spark, lake) == expected
+    assert second.stats.watermark_micros == int((T0 + timedelta(minutes=41 - 10)).timestamp()) * 1_000_000
+
+
+def test_a_watermark_saved_without_its_record_is_read_from_the_table(spark, tmp_path):
+    """A watermark committed by earlier code (no record in its commit) still holds: the table is read."""
+    lake = str(tmp_path / "lake")
+    flow, ctx, first = first_batch(spark, lake)
+    saved = spark.read.format("delta").load(first.watermark_path)
+    # Rewrite the same row as earlier code did: no userMetadata on the commit.
+    saved.localCheckpoint().write.format("delta").mode("overwrite").save(first.watermark_path)
+
+    second = flow.batch_writer(ctx)
+    second(flow.apply(orders(spark, ("o4", 20, 50), ("o5", 41, 10), first_offset=3), ctx=ctx), 1)
+    assert late_ids(spark, lake) == ["o4"]
+    assert cents_by_minute(spark, lake)[T0 + timedelta(minutes=41)] == 10
 
 
 BRONZE = ("key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, partition int, "
