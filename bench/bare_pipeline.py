@@ -20,6 +20,9 @@ With `gold_as_queries`, each gold table is instead the barest streaming query do
 input read as a Delta stream (availableNow, a checkpoint of its own), and in foreachBatch the same
 computation over that batch (the other inputs read whole) and one Delta overwrite. That is the floor of a
 design where every gold table is a query of its own, as the pipeline's are: what being a query costs.
+With `gold_merge`, each gold table's computation is MERGEd into the table on its keys instead (the table
+created empty first when absent, as the pipeline's writers do): what keeping a gold table incrementally
+costs, which a stream must, since a batch cannot overwrite what earlier batches wrote.
 Not a product path: a bench's yardstick, like bench.bare_stream for target 3.
 """
 
@@ -98,9 +101,10 @@ def _gold(ctx) -> dict[str, Callable[[Callable[[str], DataFrame]], DataFrame]]:
     }
 
 
-def run_floor(spark: SparkSession, ctx, *, parallel: int = 3, gold_as_queries: bool = False) -> dict:
-    """Every table of the catch-up by the barest static jobs (gold by bare queries with `gold_as_queries`); wall
-    seconds per stage and rows written per table."""
+def run_floor(spark: SparkSession, ctx, *, parallel: int = 3, gold_as_queries: bool = False,
+              gold_merge: bool = False) -> dict:
+    """Every table of the catch-up by the barest static jobs (gold by bare queries with `gold_as_queries`, by
+    MERGE with `gold_merge`); wall seconds per stage and rows written per table."""
     from batch.recompute import read_kafka_range
     from schemas import sources, tables
     from streaming.flows import FLOWS
@@ -145,14 +149,31 @@ def run_floor(spark: SparkSession, ctx, *, parallel: int = 3, gold_as_queries: b
         write(scd2_versions(changes.where(F.lit(False)), changes, key=dim.key, attributes=dim.attributes),
               source.dimension_table.name)
 
+    def merge(df: DataFrame, name: str) -> None:
+        from delta.tables import DeltaTable
+        from streaming.gold_batches import on_keys
+        from streaming.sinks import ensure_table, merge_metrics
+
+        spec, path = specs[name], specs[name].path(lake)
+        ensure_table(df, spec, path)
+        metrics = merge_metrics(DeltaTable.forPath(spark, path).alias("t").merge(df.alias("s"), on_keys(spec.keys))
+                                .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()) or {}
+        rows[name] = rows.get(name, 0) + int(metrics.get("num_inserted_rows", 0))
+
+    def gold_write(df: DataFrame, name: str) -> None:
+        if gold_merge:
+            merge(df, name)
+        else:
+            write(df, name)
+
     def gold_table(name: str) -> None:
-        write(gold[name](read), name)
+        gold_write(gold[name](read), name)
 
     def gold_query(name: str) -> None:
         streamed = next(f for f in FLOWS if f.target.name == name).sources[0].name
 
         def batch(df: DataFrame, _batch_id: int) -> None:
-            write(gold[name](lambda table: df if table == streamed else read(table)), name)
+            gold_write(gold[name](lambda table: df if table == streamed else read(table)), name)
 
         (spark.readStream.format("delta").load(specs[streamed].path(lake)).writeStream
          .option("checkpointLocation", f"{lake}/_floor_checkpoints/{name}")

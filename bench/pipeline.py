@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.pipeline [--events 400000] [--small 100000] [--rounds 2] [--no-quality]
                                        [--quick] [--record] [--no-record] [--floor] [--floor-queries]
+                                       [--floor-merges]
                                        [--marginal FLOW]
                                        [--against LAKEHOUSE_NAME=VALUE]
 
@@ -35,10 +36,12 @@ writes bench/results/pipeline.json and appends a row to docs/benchmarks.md. --qu
 --floor-queries also runs a second floor whose gold tables are each the barest streaming query
 (bench.bare_pipeline's gold_as_queries: availableNow, a checkpoint, foreachBatch, one overwrite), and
 reports each floor's gold stage per gold table: what one more gold table costs when it is a query of its
-own, against what its work alone costs. --marginal FLOW also runs the catch-up without that gold flow,
-alternating, for what one more gold table adds to a catch-up. --floor also runs the floor, alternating with each catch-up: the same tables from the
-same log by the barest static Spark jobs (bench/bare_pipeline.py), and reports its line and the
-pipeline's time over it. --against LAKEHOUSE_NAME=VALUE also runs the catch-up with that one setting
+own, against what its work alone costs. --floor-merges also runs two more floors whose gold tables are
+each MERGEd into on their keys instead of overwritten (gold_merge), by static jobs and by the barest
+queries: what keeping a gold table incrementally costs, as a stream must. --marginal FLOW also runs the
+catch-up without that gold flow, alternating, for what one more gold table adds to a catch-up. --floor
+also runs the floor, alternating with each catch-up: the same tables from the same log by the barest
+static Spark jobs (bench/bare_pipeline.py), and reports its line and the pipeline's time over it. --against LAKEHOUSE_NAME=VALUE also runs the catch-up with that one setting
 changed (a lake or Kafka setting the flows read, such as LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS=500),
 alternating, for what a setting's default is worth against the value it replaced.
 A figure, never a test.
@@ -100,9 +103,9 @@ def make_side(spark, settings, expected: Callable[[], int], *, quality: bool = T
 
 
 def make_floor(spark, settings, expected: Callable[[], int], *, parallel: int = 1,
-               gold_as_queries: bool = False) -> Callable[[str], dict]:
+               gold_as_queries: bool = False, gold_merge: bool = False) -> Callable[[str], dict]:
     """The floor: the same catch-up's work by the barest static Spark jobs (bench.bare_pipeline), into a fresh lake
-    (with `gold_as_queries`, each gold table by the barest streaming query)."""
+    (with `gold_as_queries`, each gold table by the barest streaming query; with `gold_merge`, by MERGE)."""
     from bench.bare_pipeline import run_floor
 
     runs_root = Path(settings.home) / "runs"
@@ -111,7 +114,8 @@ def make_floor(spark, settings, expected: Callable[[], int], *, parallel: int = 
         folder = runs_root / label
         ctx = harness.project_context(settings, str(folder / "lake"))
         try:
-            result = run_floor(spark, ctx, parallel=parallel, gold_as_queries=gold_as_queries)
+            result = run_floor(spark, ctx, parallel=parallel, gold_as_queries=gold_as_queries,
+                               gold_merge=gold_merge)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         bronze_rows = sum(n for table, n in result["rows"].items() if table.startswith("bronze_"))
@@ -227,7 +231,8 @@ def fits(sizes: list[dict]) -> dict:
 
 def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: int = harness.SEED,
               quality: bool = True, driver_pid: int | None = None, parallel: int = 1,
-              floor: bool = False, floor_queries: bool = False, marginal: str | None = None,
+              floor: bool = False, floor_queries: bool = False, floor_merges: bool = False,
+              marginal: str | None = None,
               against: str | None = None) -> tuple[list[dict], dict, dict]:
     """Preload and catch up at each size in turn (the log grows between sizes); a warm-up before the first.
 
@@ -240,9 +245,11 @@ def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: i
     sides = {"pipeline": make_side(spark, settings, lambda: in_log["n"], quality=quality, parallel=parallel)}
     if floor:
         sides["floor"] = make_floor(spark, settings, lambda: in_log["n"], parallel=parallel)
-    if floor_queries:
-        sides["floor_queries"] = make_floor(spark, settings, lambda: in_log["n"], parallel=parallel,
-                                            gold_as_queries=True)
+    queried = ["floor_queries"] * floor_queries + ["floor_static_merges", "floor_merges"] * floor_merges
+    for side in queried:
+        as_queries, merge = FLOOR_GOLD[side]
+        sides[side] = make_floor(spark, settings, lambda: in_log["n"], parallel=parallel, gold_as_queries=as_queries,
+                                 gold_merge=merge)
     if marginal:
         sides["without"] = make_side(spark, settings, lambda: in_log["n"], quality=quality, parallel=parallel,
                                      without=marginal)
@@ -260,8 +267,8 @@ def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: i
         out.append(at_size(runs["pipeline"], size))
         if floor:
             beside.setdefault("floor", []).append(floor_at_size(runs["floor"], runs["pipeline"], size))
-        if floor_queries:
-            beside.setdefault("floor_queries", []).append(floor_at_size(runs["floor_queries"], runs["pipeline"], size))
+        for side in queried:
+            beside.setdefault(side, []).append(floor_at_size(runs[side], runs["pipeline"], size))
         if marginal:
             beside.setdefault("marginal", []).append(marginal_at_size(runs["without"], runs["pipeline"], size, marginal))
         if against:
@@ -285,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor-queries", action="store_true",
                         help="also run a floor whose gold tables are each the barest streaming query, alternating, "
                              "for what being a query costs a gold table (needs --floor)")
+    parser.add_argument("--floor-merges", action="store_true",
+                        help="also run two floors whose gold tables are MERGEd into (by static jobs, by the barest "
+                             "queries), alternating, for what keeping a gold table incrementally costs (needs --floor)")
     parser.add_argument("--marginal", metavar="FLOW", choices=leaf_gold_flows(),
                         help="also run the catch-up without FLOW (a gold flow no other flow reads), alternating, "
                              "for what one more gold table adds to a catch-up")
@@ -297,8 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.small, args.events, args.rounds = 2_000, 5_000, 1
-    if args.floor_queries and not args.floor:
-        parser.error("--floor-queries compares with the floor's static jobs: give --floor too")
+    for flag, given in (("--floor-queries", args.floor_queries), ("--floor-merges", args.floor_merges)):
+        if given and not args.floor:
+            parser.error(f"{flag} compares with the floor's static jobs: give --floor too")
     if not 0 < args.small < args.events:
         parser.error(f"--small ({args.small}) must be above 0 and below --events ({args.events})")
     record = harness.keeps(args)
@@ -322,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes, beside, memory_method = run_sizes(spark, settings, broker, [args.small, args.events], args.rounds,
                                                  seed=args.seed, quality=quality, driver_pid=driver_pid,
                                                  parallel=parallel, floor=args.floor,
-                                                 floor_queries=args.floor_queries, marginal=args.marginal,
+                                                 floor_queries=args.floor_queries, floor_merges=args.floor_merges,
+                                                 marginal=args.marginal,
                                                  against=args.against)
         spark_conf = {"master": settings.spark_master, "shuffle_partitions": settings.spark_shuffle_partitions,
                       "driver_memory": settings.spark_driver_memory,
@@ -367,14 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         }
         result["floor"]["events_per_s_at_1_6M"], result["floor"]["events_per_s_at_1_6M_is"] = at_target_size(
             floors[-1], floor_line)
-    if beside.get("floor_queries"):
-        result["floor_queries"] = {
-            "what": "bench.bare_pipeline with gold_as_queries: the floor, but each gold table by the barest streaming "
-                    "query (its first input as a Delta stream, availableNow, a checkpoint, foreachBatch: the same "
-                    "computation and one Delta overwrite)",
-            "sizes": beside["floor_queries"],
-            "gold_per_table": per_gold_table(beside["floor"], beside["floor_queries"]),
-        }
+    for side, what in FLOOR_QUERIES.items():
+        if beside.get(side):
+            result[side] = {"what": what, "sizes": beside[side],
+                            "gold_per_table": per_gold_table(beside["floor"], beside[side])}
     harness.publish(NAME, result, summary(result), docs_row, record)
     return 0
 
@@ -420,8 +428,7 @@ def summary(result: dict) -> str:
                  f"target {result['target']}: {harness.met(result['target_met'])}")
     if "floor" in result:
         lines.append(floor_text(result["floor"]))
-    if "floor_queries" in result:
-        lines.append(floor_queries_text(result["floor_queries"]))
+    lines.extend(floor_queries_text(result[side], side) for side in FLOOR_QUERIES if side in result)
     if "marginal" in result:
         lines.append(marginal_text(result["marginal"]))
     if "against" in result:
@@ -453,9 +460,23 @@ def per_gold_table(static: list[dict], queries: list[dict]) -> list[dict]:
     return out
 
 
-def floor_queries_text(fq: dict) -> str:
-    """What a gold table costs the floor's gold stage, as a static job and as the barest query."""
-    return "floor's gold stage per gold table, a static job -> the barest streaming query: " + "; ".join(
+FLOOR_QUERIES = {
+    "floor_queries": "bench.bare_pipeline with gold_as_queries: the floor, but each gold table by the barest streaming "
+                     "query (its first input as a Delta stream, availableNow, a checkpoint, foreachBatch: the same "
+                     "computation and one Delta overwrite)",
+    "floor_static_merges": "bench.bare_pipeline with gold_merge: the floor, but each gold table's computation MERGEd "
+                           "into the table on its keys (created empty first) instead of overwriting it",
+    "floor_merges": "bench.bare_pipeline with gold_as_queries and gold_merge: each gold table the barest query "
+                    "MERGEing its batch's computation into the table on its keys, as an incremental table must",
+}
+FLOOR_GOLD = {"floor_queries": (True, False), "floor_static_merges": (False, True), "floor_merges": (True, True)}
+_FLOOR_QUERIES_SAY = {"floor_queries": "the barest streaming query", "floor_static_merges": "a static job MERGEing",
+                      "floor_merges": "the barest query MERGEing"}
+
+
+def floor_queries_text(fq: dict, side: str = "floor_queries") -> str:
+    """What a gold table costs the floor's gold stage, as a static job and as the barest query (overwriting or merging)."""
+    return f"floor's gold stage per gold table, a static job -> {_FLOOR_QUERIES_SAY[side]}: " + "; ".join(
         f"{g['events']:,}: {g['static_s']:.2f} -> {g['queries_s']:.2f} s ({g['gold_tables']} tables)"
         for g in fq["gold_per_table"])
 
@@ -493,7 +514,7 @@ def docs_row(result: dict) -> str:
         f"{at_target_text(result)}; target "
         f">= {TARGET_EVENTS_PER_S:,} events/s {harness.met(result['target_met'])}"
         + (f"; {floor_text(floor)}" if floor else "")
-        + (f"; {floor_queries_text(result['floor_queries'])}" if "floor_queries" in result else "")
+        + "".join(f"; {floor_queries_text(result[side], side)}" for side in FLOOR_QUERIES if side in result)
         + (f"; {marginal_text(result['marginal'])}" if "marginal" in result else "")
         + (f"; {against_text(result['against'])}" if "against" in result else ""),
         f"{result['machine']}, {result['load_end']} at the end",
