@@ -43,6 +43,11 @@ def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str
         # flows in one session Spark's cache of 100 evicted them between micro-batches, and each small
         # silver batch compiled about 80 classes again (6 with room for them).
         "spark.sql.codegen.cache.maxEntries": "2000",
+        # PySpark records the Python call site of every DataFrame and Column call in the JVM, for the query
+        # context of an error: about six Py4J round trips per call. Building silver's parse of orders
+        # took 1.01 s with it and 0.47 s without, and every micro-batch builds its plans again in Python
+        # (docs/performance.md). Errors still name the failing expression, not the Python line.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         # A checkpoint of a table's log every 10 commits (Delta's default) costs a Spark job each time: a
         # small append with a txn id took 0.43 s on average here (p90 0.73 s), 0.39 s (p90 0.45 s) with one
         # every 50; the state rebuilt after a commit then reads up to 49 small commit files instead of 9.
