@@ -41,9 +41,10 @@ each MERGEd into on their keys instead of overwritten (gold_merge), by static jo
 queries: what keeping a gold table incrementally costs, as a stream must. --marginal FLOW also runs the
 catch-up without that gold flow, alternating, for what one more gold table adds to a catch-up. --floor
 also runs the floor, alternating with each catch-up: the same tables from the same log by the barest
-static Spark jobs (bench/bare_pipeline.py), and reports its line and the pipeline's time over it. --against LAKEHOUSE_NAME=VALUE also runs the catch-up with that one setting
-changed (a lake or Kafka setting the flows read, such as LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS=500),
-alternating, for what a setting's default is worth against the value it replaced.
+static Spark jobs (bench/bare_pipeline.py), and reports its line and the pipeline's time over it.
+--against LAKEHOUSE_NAME=VALUE also runs the catch-up with that one setting changed (a lake or Kafka
+setting the flows read, such as LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS=500), alternating, for what a
+setting's default is worth against the value it replaced.
 A figure, never a test.
 """
 
@@ -55,7 +56,7 @@ import logging
 import shutil
 import statistics
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from bench import harness
 from bench.harness import say
@@ -245,11 +246,11 @@ def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: i
     sides = {"pipeline": make_side(spark, settings, lambda: in_log["n"], quality=quality, parallel=parallel)}
     if floor:
         sides["floor"] = make_floor(spark, settings, lambda: in_log["n"], parallel=parallel)
-    queried = ["floor_queries"] * floor_queries + ["floor_static_merges", "floor_merges"] * floor_merges
+    queried = [side for side, gold in FLOOR_GOLD.items() if (floor_merges if gold.merge else floor_queries)]
     for side in queried:
-        as_queries, merge = FLOOR_GOLD[side]
-        sides[side] = make_floor(spark, settings, lambda: in_log["n"], parallel=parallel, gold_as_queries=as_queries,
-                                 gold_merge=merge)
+        gold = FLOOR_GOLD[side]
+        sides[side] = make_floor(spark, settings, lambda: in_log["n"], parallel=parallel,
+                                 gold_as_queries=gold.as_queries, gold_merge=gold.merge)
     if marginal:
         sides["without"] = make_side(spark, settings, lambda: in_log["n"], quality=quality, parallel=parallel,
                                      without=marginal)
@@ -379,9 +380,9 @@ def main(argv: list[str] | None = None) -> int:
         }
         result["floor"]["events_per_s_at_1_6M"], result["floor"]["events_per_s_at_1_6M_is"] = at_target_size(
             floors[-1], floor_line)
-    for side, what in FLOOR_QUERIES.items():
+    for side, gold in FLOOR_GOLD.items():
         if beside.get(side):
-            result[side] = {"what": what, "sizes": beside[side],
+            result[side] = {"what": gold.what, "sizes": beside[side],
                             "gold_per_table": per_gold_table(beside["floor"], beside[side])}
     harness.publish(NAME, result, summary(result), docs_row, record)
     return 0
@@ -428,7 +429,7 @@ def summary(result: dict) -> str:
                  f"target {result['target']}: {harness.met(result['target_met'])}")
     if "floor" in result:
         lines.append(floor_text(result["floor"]))
-    lines.extend(floor_queries_text(result[side], side) for side in FLOOR_QUERIES if side in result)
+    lines.extend(floor_queries_text(result[side], side) for side in FLOOR_GOLD if side in result)
     if "marginal" in result:
         lines.append(marginal_text(result["marginal"]))
     if "against" in result:
@@ -460,23 +461,35 @@ def per_gold_table(static: list[dict], queries: list[dict]) -> list[dict]:
     return out
 
 
-FLOOR_QUERIES = {
-    "floor_queries": "bench.bare_pipeline with gold_as_queries: the floor, but each gold table by the barest streaming "
-                     "query (its first input as a Delta stream, availableNow, a checkpoint, foreachBatch: the same "
-                     "computation and one Delta overwrite)",
-    "floor_static_merges": "bench.bare_pipeline with gold_merge: the floor, but each gold table's computation MERGEd "
-                           "into the table on its keys (created empty first) instead of overwriting it",
-    "floor_merges": "bench.bare_pipeline with gold_as_queries and gold_merge: each gold table the barest query "
-                    "MERGEing its batch's computation into the table on its keys, as an incremental table must",
+class FloorGold(NamedTuple):
+    """How a further floor writes its gold tables (bench.bare_pipeline's options), and what it is called."""
+
+    as_queries: bool
+    merge: bool
+    says: str       # in the summary: "a static job -> <says>"
+    what: str       # in the JSON
+
+
+FLOOR_GOLD = {
+    "floor_queries": FloorGold(
+        True, False, "the barest streaming query",
+        "bench.bare_pipeline with gold_as_queries: the floor, but each gold table by the barest streaming query "
+        "(its first input as a Delta stream, availableNow, a checkpoint, foreachBatch: the same computation and "
+        "one Delta overwrite)"),
+    "floor_static_merges": FloorGold(
+        False, True, "a static job MERGEing",
+        "bench.bare_pipeline with gold_merge: the floor, but each gold table's computation MERGEd into the table on "
+        "its keys (created empty first) instead of overwriting it"),
+    "floor_merges": FloorGold(
+        True, True, "the barest query MERGEing",
+        "bench.bare_pipeline with gold_as_queries and gold_merge: each gold table the barest query MERGEing its "
+        "batch's computation into the table on its keys, as an incremental table must"),
 }
-FLOOR_GOLD = {"floor_queries": (True, False), "floor_static_merges": (False, True), "floor_merges": (True, True)}
-_FLOOR_QUERIES_SAY = {"floor_queries": "the barest streaming query", "floor_static_merges": "a static job MERGEing",
-                      "floor_merges": "the barest query MERGEing"}
 
 
 def floor_queries_text(fq: dict, side: str = "floor_queries") -> str:
     """What a gold table costs the floor's gold stage, as a static job and as the barest query (overwriting or merging)."""
-    return f"floor's gold stage per gold table, a static job -> {_FLOOR_QUERIES_SAY[side]}: " + "; ".join(
+    return f"floor's gold stage per gold table, a static job -> {FLOOR_GOLD[side].says}: " + "; ".join(
         f"{g['events']:,}: {g['static_s']:.2f} -> {g['queries_s']:.2f} s ({g['gold_tables']} tables)"
         for g in fq["gold_per_table"])
 
@@ -514,7 +527,7 @@ def docs_row(result: dict) -> str:
         f"{at_target_text(result)}; target "
         f">= {TARGET_EVENTS_PER_S:,} events/s {harness.met(result['target_met'])}"
         + (f"; {floor_text(floor)}" if floor else "")
-        + "".join(f"; {floor_queries_text(result[side], side)}" for side in FLOOR_QUERIES if side in result)
+        + "".join(f"; {floor_queries_text(result[side], side)}" for side in FLOOR_GOLD if side in result)
         + (f"; {marginal_text(result['marginal'])}" if "marginal" in result else "")
         + (f"; {against_text(result['against'])}" if "against" in result else ""),
         f"{result['machine']}, {result['load_end']} at the end",
