@@ -18,6 +18,7 @@ from streaming.context import FlowContext
 from streaming.flows import Flow
 from streaming.health import latest_version
 from streaming.kafka_topics import KafkaUnreachable
+from streaming.one_hop import one_hop_pairs, start_one_hop
 from streaming.progress import ProgressRecorder
 from streaming.runner import BrokerWatchdog, KafkaLost, QualityStopped, _raise_if_kafka_lost, _raise_if_quality_breach, start_flow
 
@@ -84,6 +85,8 @@ class _Running:
     failures: int = 0                  # in a row, without a batch in between
     retry_at: float = 0.0
     last_error: str = ""
+    bronze: Flow | None = None         # one hop: the bronze flow this silver flow's query also runs
+    carried_by: str | None = None      # one hop: the silver flow whose query runs this bronze flow
 
 
 class Supervisor:
@@ -101,7 +104,7 @@ class Supervisor:
                  triggers: Mapping[str, str] | None = None, report: Callable[[list[TableReport]], None] | None = None,
                  report_every_s: float = 5.0,
                  metrics_every_s: float = 10.0, max_failures: int = 5, backoff_s: float = 2.0,
-                 backoff_max_s: float = 60.0, record_metrics: bool = True):
+                 backoff_max_s: float = 60.0, record_metrics: bool = True, one_hop: bool = False):
         self.spark = spark
         self.ctx = ctx
         self.trigger = trigger
@@ -113,6 +116,11 @@ class Supervisor:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self.running = {f.name: _Running(f) for f in flows}
+        if one_hop:
+            # Each topic's bronze and silver flows as one query (streaming/one_hop.py).
+            for silver, bronze in one_hop_pairs(list(flows)).items():
+                self.running[silver].bronze = bronze
+                self.running[bronze.name].carried_by = silver
         self.reports: dict[str, TableReport] = {}
         self.totals: dict[str, int] = {}        # rows written per flow since the stream started
         self._lock = threading.Lock()
@@ -124,18 +132,21 @@ class Supervisor:
         entry = self.running.get(row["query"])
         if entry is None:
             return
+        # A one-hop query's batch is also its bronze flow's.
+        flows = [entry.flow] if entry.bronze is None else [entry.bronze, entry.flow]
         with self._lock:
-            rep = self.reports.setdefault(entry.flow.name, TableReport(entry.flow.target.name, entry.flow.name))
-            if row["input_rows"]:
-                rep.batches += 1
-                rep.input_rows += row["input_rows"]
-                rep.last_batch_id = row["batch_id"]
-                rep.last_batch_ms = row["batch_ms"]
-                rep.rows_per_s = row["processed_rows_per_s"]
-                rep.kafka_end_offsets.update(row["kafka_end_offsets"])
-            if row["lag_records"] is not None:
-                rep.lag_records = row["lag_records"]
-            rep.watermark = row["watermark"] or rep.watermark
+            for flow in flows:
+                rep = self.reports.setdefault(flow.name, TableReport(flow.target.name, flow.name))
+                if row["input_rows"]:
+                    rep.batches += 1
+                    rep.input_rows += row["input_rows"]
+                    rep.last_batch_id = row["batch_id"]
+                    rep.last_batch_ms = row["batch_ms"]
+                    rep.rows_per_s = row["processed_rows_per_s"]
+                    rep.kafka_end_offsets.update(row["kafka_end_offsets"])
+                if row["lag_records"] is not None:
+                    rep.lag_records = row["lag_records"]
+                rep.watermark = row["watermark"] or rep.watermark
             entry.failures = 0       # a batch ran: the flow is healthy again
 
     # -- the loop
@@ -163,26 +174,32 @@ class Supervisor:
             self.spark.streams.removeListener(self.recorder)
 
     def _tend(self, entry: _Running) -> None:
+        if entry.carried_by is not None:
+            return
         query = entry.query
         if query is not None and query.isActive:
             return
         if query is not None:
             self._failed(entry, self._sentence(entry, query))
             return
-        if time.monotonic() < entry.retry_at or self._waiting(entry.flow):
+        if time.monotonic() < entry.retry_at or (entry.bronze is None and self._waiting(entry.flow)):
             return
+        trigger = {"processingTime": self.trigger_of(entry.flow)}
         try:
-            writer = entry.flow.batch_writer(self.ctx) if entry.flow.output == "batch" else None
-            entry.query = start_flow(self.spark, entry.flow, self.ctx,
-                                     trigger={"processingTime": self.trigger_of(entry.flow)}, writer=writer)
-            entry.writer = writer
+            if entry.bronze is not None:
+                entry.query, entry.writer = start_one_hop(self.spark, entry.bronze, entry.flow, self.ctx,
+                                                          trigger=trigger)
+            else:
+                writer = entry.flow.batch_writer(self.ctx) if entry.flow.output == "batch" else None
+                entry.query = start_flow(self.spark, entry.flow, self.ctx, trigger=trigger, writer=writer)
+                entry.writer = writer
         except KafkaUnreachable as exc:
             self._failed(entry, str(exc))
             return
         except Exception as exc:  # noqa: BLE001 - any start failure is retried like a query failure
             self._failed(entry, f"flow {entry.flow.name} could not start: {_first_line(exc)}")
             return
-        if isinstance(entry.flow.source, TopicSpec):
+        if isinstance(entry.flow.source, TopicSpec) or entry.bronze is not None:
             entry.watchdog = BrokerWatchdog(entry.query, self.ctx.kafka_bootstrap)
         log.info("flow %s is streaming into %s (trigger every %s)%s", entry.flow.name, entry.flow.target.name,
                  self.trigger_of(entry.flow), f", after {entry.failures} failure(s)" if entry.failures else "")
@@ -197,19 +214,20 @@ class Supervisor:
                    for t in (*flow.sources, *flow.lookups))
 
     def _sentence(self, entry: _Running, query: StreamingQuery) -> str:
+        reader = entry.bronze or entry.flow    # the flow that reads Kafka, if one does
         if entry.watchdog is not None:
             entry.watchdog.close()
             lost = entry.watchdog.lost
             entry.watchdog = None
             if lost:
                 return (f"The Kafka broker at {self.ctx.kafka_bootstrap} stopped answering while flow "
-                        f"{entry.flow.name} was reading {entry.flow.source.name}")
+                        f"{entry.flow.name} was reading {reader.source.name}")
         exc = query.exception()
         if exc is None:
             return f"flow {entry.flow.name} stopped without an error"
         try:
             _raise_if_quality_breach(exc)
-            _raise_if_kafka_lost(entry.flow, self.ctx, exc)
+            _raise_if_kafka_lost(reader, self.ctx, exc)
         except (QualityStopped, KafkaLost) as said:
             return str(said)
         return f"flow {entry.flow.name} failed: {_first_line(exc)}"
@@ -284,7 +302,11 @@ class Supervisor:
             t.join(max(1.0, deadline - time.monotonic() + 30))
 
     def active(self) -> list[str]:
-        return [name for name, e in self.running.items() if e.query is not None and e.query.isActive]
+        def running(e: _Running) -> bool:
+            e = self.running[e.carried_by] if e.carried_by else e
+            return e.query is not None and e.query.isActive
+
+        return [name for name, e in self.running.items() if running(e)]
 
 
 def _counts(entry: _Running) -> tuple[int, int]:

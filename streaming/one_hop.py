@@ -1,0 +1,152 @@
+"""One hop from Kafka to silver: a topic's bronze and silver flows run as one query in a stream.
+
+As two queries, silver sees a bronze commit only at its own next trigger, reads it back from the Delta
+log and commits: a hop, about 2 s at the median on two cores (docs/performance.md, the twenty-fourth
+step). Here one query reads the topic, and each micro-batch is appended to bronze by the bronze flow's
+transform, then the very rows appended are parsed by the silver flow's transform and written by its
+writer (`SilverWriter`): the two flows' own per-batch functions, in one batch.
+
+The tables stay the two flows' own, so their own queries (a catch-up, a Dagster run) take over where
+this one stopped:
+
+- bronze's rows keep their Kafka coordinates, from which the bronze flow resumes (`bronze_positions`);
+- each silver commit records the bronze versions its batch read in the silver flow's own form
+  (streaming/positions.py: `from` version V, `sources` version V + 1, this query's id and batch number),
+  from which the silver flow rebuilds its checkpoint. A batch stopped between its writes runs again
+  there with the same txn app ids, so Delta skips the writes it had made.
+
+Every start hands over the other way the same way: both flows first catch up (availableNow), which
+also recovers a one-hop batch cut short; then their checkpoints are dropped (they would be behind once
+this query writes) and this query starts with a new checkpoint after the offsets bronze holds. So this
+query never replays a batch: recovery is the flows' own, which their tests cover.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from schemas.topics import TopicSpec
+from streaming.context import FlowContext
+from streaming.delta_log import commits_after, table_id, table_version
+from streaming.flows import Flow
+from streaming.kafka_topics import admin_client
+from streaming.lake_files import delete_tree, has_delta_log
+from streaming.positions import StreamBinding, bronze_positions, commit_metadata, kafka_starting_offsets, parse_metadata
+from streaming.runner import in_flow_pool, run_flow
+from streaming.sinks import append_once
+from streaming.sources import read_kafka_stream
+
+log = logging.getLogger(__name__)
+
+
+def one_hop_pairs(flows: list[Flow]) -> dict[str, Flow]:
+    """Silver flow name -> the bronze flow it reads, for each topic whose two flows are both in `flows`."""
+    names = {f.name for f in flows}
+    writers = {f.target.name: f for f in flows}
+    pairs = {}
+    for flow in flows:
+        if flow.writer is None or flow.schema is None or flow.name not in names:
+            continue
+        bronze = writers.get(flow.sources[0].name)
+        if len(flow.sources) == 1 and bronze is not None and isinstance(bronze.source, TopicSpec):
+            pairs[flow.name] = bronze
+    return pairs
+
+
+def checkpoint(silver: Flow, ctx: FlowContext) -> str:
+    """The one-hop query's own checkpoint, beside the silver flow's (new at every start)."""
+    return f"{silver.checkpoint(ctx).rstrip('/')}-one-hop"
+
+
+@dataclass
+class OneHopBinding(StreamBinding):
+    """Records each silver commit's positions as the silver flow's own query would: the bronze version it read."""
+
+    bronze_version: int = -1
+    bronze_table_id: str | None = None
+    at_ms: int = 0
+
+    def record(self, spark: SparkSession, batch_id: int) -> dict[str, Any]:
+        (name,) = self.sources
+        pos = {"table_id": self.bronze_table_id}
+        return {
+            "flow": self.flow, "batch": batch_id, "query": self.query_id(spark), "app": self.app,
+            "sources": {name: {"version": self.bronze_version + 1, **pos}},
+            "from": {name: {"version": self.bronze_version, **pos}}, "at": self.at_ms, "watermark_ms": None,
+        }
+
+
+class OneHopWriter:
+    """A `(kafka_batch, batch_id)` function: the batch appended to bronze, then those rows written to silver."""
+
+    def __init__(self, bronze: Flow, silver: Flow, ctx: FlowContext, *, checkpoint: str):
+        self.bronze, self.silver_flow, self.ctx = bronze, silver, ctx
+        self.bronze_path = bronze.target.path(ctx.lake_root)
+        self.silver = silver.batch_writer(ctx)
+        self.binding = OneHopBinding(flow=silver.name, app=silver.app_id, checkpoint=checkpoint,
+                                     sources={bronze.target.name: self.bronze_path})
+        self.silver.bind_stream(self.binding)
+        self.stats = self.silver.stats
+
+    def __call__(self, kafka: DataFrame, batch_id: int) -> None:
+        spark = kafka.sparkSession
+        query = self.binding.query_id(spark)
+        self.binding.at_ms = int(time.time() * 1000)
+        # Cached as appended: silver parses the rows bronze holds (their ingest time included), not a re-read of Kafka.
+        rows = self.bronze.apply(kafka, ctx=self.ctx).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            before = table_version(spark, self.bronze_path)
+            append_once(rows, self.bronze_path, app_id=f"{self.bronze.app_id}-{query}", batch_id=batch_id,
+                        partition_by=self.bronze.target.partition_by,
+                        user_metadata=commit_metadata(self.bronze.name, batch_id, None, query=query))
+            self.binding.bronze_version = self._appended(spark, before, query, batch_id)
+            if self.binding.bronze_table_id is None:
+                self.binding.bronze_table_id = table_id(spark, self.bronze_path)
+            self.silver(self.silver_flow.apply(rows, ctx=self.ctx), batch_id)
+        finally:
+            rows.unpersist()
+
+    def _appended(self, spark: SparkSession, before: int | None, query: str, batch_id: int) -> int:
+        """The bronze version this batch's append made (another writer may have committed meanwhile)."""
+        for commit in commits_after(spark, self.bronze_path, before):
+            record = parse_metadata(commit.user_metadata) or {}
+            if record.get("query") == query and record.get("batch") == batch_id:
+                return commit.version
+        raise RuntimeError(f"flow {self.bronze.name}: the append of one-hop batch {batch_id} is not in "
+                           f"{self.bronze.target.name}'s log after version {before}")
+
+
+def start_one_hop(spark: SparkSession, bronze: Flow, silver: Flow, ctx: FlowContext, *,
+                  trigger: dict[str, Any]) -> tuple[StreamingQuery, OneHopWriter]:
+    """Hand over from the two flows (both catch up, their checkpoints dropped), then start the one-hop query."""
+    log.info("flow %s: bronze_%s and %s catch up before one query takes over both (one hop from %s)",
+             silver.name, bronze.name.removeprefix("bronze_"), silver.name, bronze.source.name)
+    for flow in (bronze, silver):
+        run_flow(spark, flow, ctx)
+    own = checkpoint(silver, ctx)
+    for folder in (bronze.checkpoint(ctx), silver.checkpoint(ctx), own):
+        delete_tree(spark, folder)   # the flows rebuild theirs from the tables when they run again
+    path = bronze.target.path(ctx.lake_root)
+    positions = bronze_positions(spark, path) if has_delta_log(spark, path) else {}
+    starting = None
+    topic = bronze.source
+    if positions:
+        metadata = admin_client(ctx.kafka_bootstrap).list_topics(topic.name, timeout=10).topics.get(topic.name)
+        partitions = sorted(set(metadata.partitions if metadata is not None else ()) | set(positions.get(topic.name, {})))
+        starting = kafka_starting_offsets(positions, {topic.name: partitions})
+    writer = OneHopWriter(bronze, silver, ctx, checkpoint=own)
+    stream = read_kafka_stream(spark, topic, ctx, starting_offsets=starting)
+    query_writer = (stream.writeStream.queryName(silver.name).option("checkpointLocation", own)
+                    .trigger(**trigger).foreachBatch(writer))
+    query = in_flow_pool(spark, silver, query_writer.start)
+    log.info("flow %s: one query now writes %s and %s from %s%s", silver.name, bronze.target.name,
+             silver.target.name, topic.name, f", starting at {json.loads(starting)}" if starting else "")
+    return query, writer
