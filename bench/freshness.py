@@ -1139,6 +1139,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hops", type=int, default=1, metavar="N",
                         help="with --floor: a chain of N bare queries, each reading the table before it, as the "
                              "layers do (2: what silver is, 3: what a gold table is; default 1)")
+    parser.add_argument("--one-hop", action="store_true",
+                        help="the stream with LAKEHOUSE_STREAM_ONE_HOP=true: each topic's bronze and silver flows as "
+                             "one query (streaming/one_hop.py)")
     parser.add_argument("--seed", type=int, default=harness.SEED)
     harness.recording_options(parser, quick="1000/s, 1 minute, 20 s warm-up")
     args = parser.parse_args(argv)
@@ -1158,10 +1161,16 @@ def main(argv: list[str] | None = None) -> int:
              ("tables " + " ".join(args.tables) + " and what they read") if args.tables else "all flows (the default)")
     scope_key = (("floor" if args.hops == 1 else f"floor, {args.hops} hops") if args.floor
                  else " ".join(args.tables) or "all")
+    if args.one_hop and not args.floor:
+        os.environ["LAKEHOUSE_STREAM_ONE_HOP"] = "true"   # the stream's process inherits it
+    one_hop = Settings.from_env().stream_one_hop and not args.floor
+    if one_hop:
+        scope += ", each topic's bronze and silver flows as one query (LAKEHOUSE_STREAM_ONE_HOP)"
+        scope_key += ", one hop"
     result: dict[str, Any] = {
         "bench": NAME, "date": harness.utc_now().isoformat(timespec="seconds"), "machine": harness.machine(),
         "command": harness.command_line("bench.freshness", argv), "scope": scope, "tables": args.tables,
-        "hops": args.hops, "minutes": args.minutes, "warm_up_s": args.warm_up, "start_limit_s": args.start_limit,
+        "hops": args.hops, "one_hop": one_hop, "minutes": args.minutes, "warm_up_s": args.warm_up, "start_limit_s": args.start_limit,
         # the stream's processes inherit this environment: its LAKEHOUSE_STREAM_TRIGGERS apply to them
         "trigger": defaults.stream_trigger + "".join(f", {name} every {every}" for name, every in
                                                      Settings.from_env().stream_triggers.items()),

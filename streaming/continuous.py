@@ -201,8 +201,11 @@ class Supervisor:
             return
         if isinstance(entry.flow.source, TopicSpec) or entry.bronze is not None:
             entry.watchdog = BrokerWatchdog(entry.query, self.ctx.kafka_bootstrap)
-        log.info("flow %s is streaming into %s (trigger every %s)%s", entry.flow.name, entry.flow.target.name,
-                 self.trigger_of(entry.flow), f", after {entry.failures} failure(s)" if entry.failures else "")
+        for flow in ([entry.bronze] if entry.bronze is not None else []) + [entry.flow]:
+            log.info("flow %s is streaming into %s (trigger every %s)%s%s", flow.name, flow.target.name,
+                     self.trigger_of(entry.flow), " in one query with " + (
+                         entry.flow.name if flow is entry.bronze else entry.bronze.name) if entry.bronze else "",
+                     f", after {entry.failures} failure(s)" if entry.failures else "")
 
     def trigger_of(self, flow: Flow) -> str:
         """The flow's processing-time trigger: its own, else its layer's, else the stream's."""
