@@ -98,6 +98,8 @@ class Supervisor:
       is stopped and `run` raises StreamFailed with that sentence.
     - `stop` lets each query finish the micro-batch it is in, then stops it: offsets and commits stay
       consistent, and the writers' idempotent commits make a replayed batch harmless after a kill.
+    - With `one_hop`, each topic's bronze and silver flows run as one query (streaming/one_hop.py), which
+      reports as both.
     """
 
     def __init__(self, spark: SparkSession, flows: Iterable[Flow], ctx: FlowContext, *, trigger: str = "1 second",

@@ -19,6 +19,7 @@ from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.flows import Flow
 from streaming.lake_files import DELTA_LOG_VERSION_FILE
+from streaming.one_hop import covering
 from streaming.sources import stream_path
 
 
@@ -148,10 +149,17 @@ def flow_health(flow: Flow, ctx: FlowContext, ends: Mapping[str, Mapping[int, tu
     """Where a flow stands: its newest committed batch, and how far that is behind each source's end."""
     health = FlowHealth(flow.name, flow.target.name)
     batch = committed_batch(flow.checkpoint(ctx))
+    sources = flow.sources
+    hop = covering(flow, ctx)
+    if hop is not None:
+        # Last run inside a one-hop query (streaming/one_hop.py), which reads the topic for both flows.
+        hop_batch = committed_batch(hop[0])
+        if hop_batch is not None and (batch is None or _at(hop_batch) > _at(batch)):
+            batch, sources = hop_batch, (hop[1],)
     if batch is not None:
         health.batch_id = batch.batch_id
         health.last_batch_at = batch.committed_at or batch.triggered_at
-    for i, source in enumerate(flow.sources):
+    for i, source in enumerate(sources):
         offset = batch.sources[i] if batch is not None and i < len(batch.sources) else {}
         if isinstance(source, TopicSpec):
             read = offset.get(source.name, {}) if offset else {}
@@ -164,6 +172,10 @@ def flow_health(flow: Flow, ctx: FlowContext, ends: Mapping[str, Mapping[int, tu
                 continue
             health.versions_behind[source.name] = max(0, newest - _done_version(offset))
     return health
+
+
+def _at(batch: CommittedBatch) -> float:
+    return batch.committed_at or batch.triggered_at or 0.0
 
 
 def _done_version(offset: Mapping) -> int:
@@ -180,5 +192,6 @@ def stream_health(flows: Iterable[Flow], ctx: FlowContext) -> list[FlowHealth]:
     """The health of each flow, with one round of Kafka end-offset lookups for all of them."""
     flows = list(flows)
     topics = {s.name: s for f in flows for s in f.sources if isinstance(s, TopicSpec)}
+    topics.update({hop[1].name: hop[1] for f in flows if (hop := covering(f, ctx)) is not None})
     ends = end_offsets(ctx.kafka_bootstrap, topics.values()) if topics else {}
     return [flow_health(f, ctx, ends) for f in flows]

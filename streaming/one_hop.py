@@ -36,7 +36,7 @@ from pyspark.sql.streaming import StreamingQuery
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.delta_log import commits_after, table_id, table_version
-from streaming.flows import Flow
+from streaming.flows import BY_NAME, FLOWS, Flow
 from streaming.kafka_topics import admin_client
 from streaming.lake_files import delete_tree, has_delta_log
 from streaming.positions import StreamBinding, bronze_positions, commit_metadata, kafka_starting_offsets, parse_metadata
@@ -64,6 +64,14 @@ def one_hop_pairs(flows: list[Flow]) -> dict[str, Flow]:
 def checkpoint(silver: Flow, ctx: FlowContext) -> str:
     """The one-hop query's own checkpoint, beside the silver flow's (new at every start)."""
     return f"{silver.checkpoint(ctx).rstrip('/')}-one-hop"
+
+
+def covering(flow: Flow, ctx: FlowContext) -> tuple[str, TopicSpec] | None:
+    """The checkpoint of the one-hop query that may run `flow` (a bronze or silver flow), and the topic it reads."""
+    for silver, bronze in one_hop_pairs(list(FLOWS)).items():
+        if flow.name in (silver, bronze.name):
+            return checkpoint(BY_NAME[silver], ctx), bronze.source
+    return None
 
 
 @dataclass
@@ -127,8 +135,8 @@ class OneHopWriter:
 def start_one_hop(spark: SparkSession, bronze: Flow, silver: Flow, ctx: FlowContext, *,
                   trigger: dict[str, Any]) -> tuple[StreamingQuery, OneHopWriter]:
     """Hand over from the two flows (both catch up, their checkpoints dropped), then start the one-hop query."""
-    log.info("flow %s: bronze_%s and %s catch up before one query takes over both (one hop from %s)",
-             silver.name, bronze.name.removeprefix("bronze_"), silver.name, bronze.source.name)
+    log.info("flows %s and %s catch up before one query takes over both (one hop from %s to %s)",
+             bronze.name, silver.name, bronze.source.name, silver.target.name)
     for flow in (bronze, silver):
         run_flow(spark, flow, ctx)
     own = checkpoint(silver, ctx)

@@ -17,6 +17,7 @@ from streaming.continuous import Supervisor
 from streaming.delta_log import commits_after
 from streaming.flows import BY_NAME
 from streaming.generator import Mix, generate
+from streaming.health import stream_health
 from streaming.kafka_topics import ensure_topics
 from streaming.lake_files import has_delta_log
 from streaming.one_hop import checkpoint as one_hop_checkpoint
@@ -137,6 +138,8 @@ def test_one_hop_stream_writes_both_layers_recovers_a_cut_batch_and_hands_over(s
     assert records and all(r["flow"] == "silver_orders" and r["query"] == query and r["sources"]["bronze_orders"]["version"]
                            == r["from"]["bronze_orders"]["version"] + 1 for r in records)
     assert stream.supervisor.active() == ["bronze_orders", "silver_orders"]
+    # What `lakehouse status` and the lag checks read: both flows caught up, from the one-hop checkpoint.
+    stream.wait(lambda: all(h.caught_up for h in stream_health(FLOWS, ctx)), "both flows caught up in the health")
 
     # 3. A batch cut short after its quarantine append, before silver's: the query fails, the restart hands
     # over through the flows (silver replays the batch; Delta skips its quarantine append) and goes on.
@@ -174,7 +177,9 @@ def test_one_hop_stream_writes_both_layers_recovers_a_cut_batch_and_hands_over(s
     # 4. The flows' own queries take over where the one-hop query stopped: silver's checkpoint is rebuilt
     # from the one-hop query's records (its id), not started over.
     last = query_id(spark, one_hop_checkpoint(FLOWS[1], ctx))
+    held = len(sent.coords())
     sent.send(72, 50)
+    assert [h.lag_records for h in stream_health(FLOWS, ctx)] == [len(sent.coords()) - held] * 2
     for flow in FLOWS:
         run_flow(spark, flow, ctx)
     exact()
