@@ -203,10 +203,11 @@ class Supervisor:
             return
         if isinstance(entry.flow.source, TopicSpec) or entry.bronze is not None:
             entry.watchdog = BrokerWatchdog(entry.query, self.ctx.kafka_bootstrap)
-        for flow in ([entry.bronze] if entry.bronze is not None else []) + [entry.flow]:
+        together = [entry.bronze, entry.flow] if entry.bronze is not None else [entry.flow]
+        for flow in together:
+            others = [f.name for f in together if f is not flow]
             log.info("flow %s is streaming into %s (trigger every %s)%s%s", flow.name, flow.target.name,
-                     self.trigger_of(entry.flow), " in one query with " + (
-                         entry.flow.name if flow is entry.bronze else entry.bronze.name) if entry.bronze else "",
+                     self.trigger_of(entry.flow), "".join(f" in one query with {name}" for name in others),
                      f", after {entry.failures} failure(s)" if entry.failures else "")
 
     def trigger_of(self, flow: Flow) -> str:
