@@ -303,22 +303,31 @@ def drill_mix() -> Any:
 
 # ------------------------------------------------------------------ where the stream stands (files only)
 
-def newest_batches(flows: Iterable[Any], lake_root: str) -> dict[str, int]:
-    """Each flow's newest committed micro-batch id (-1: none yet), from `<checkpoint>/commits`."""
+def newest_batches(flows: Iterable[Any], lake_root: str) -> dict[str, float]:
+    """When each flow last committed a micro-batch (its commit file's mtime; -1: none yet).
+
+    A time, not a batch id: with LAKEHOUSE_STREAM_ONE_HOP a topic's bronze and silver flows commit in the
+    one-hop query's checkpoint (streaming/one_hop.py), which starts again at batch 0 at each start.
+    """
     from streaming.context import FlowContext
+    from streaming.one_hop import covering
 
     ctx = FlowContext(lake_root=lake_root, kafka_bootstrap="unused:1")
     out = {}
     for flow in flows:
-        try:
-            ids = [int(n) for n in os.listdir(Path(flow.checkpoint(ctx)) / "commits") if n.isdigit()]
-        except OSError:
-            ids = []
-        out[flow.name] = max(ids, default=-1)
+        hop = covering(flow, ctx)
+        newest = -1.0
+        for checkpoint in (flow.checkpoint(ctx), *([hop[0]] if hop else [])):
+            try:
+                with os.scandir(Path(checkpoint) / "commits") as entries:
+                    newest = max([newest, *(e.stat().st_mtime for e in entries if e.name.isdigit())])
+            except OSError:
+                continue
+        out[flow.name] = newest
     return out
 
 
-def wait_for_commit(stream: StreamProcess, flows: Sequence[Any], lake_root: str, before: dict[str, int],
+def wait_for_commit(stream: StreamProcess, flows: Sequence[Any], lake_root: str, before: dict[str, float],
                     timeout_s: float, what: str, *, required: bool = True) -> str | None:
     """Wait until one of `flows` has committed a batch newer than `before` (returns its name); the stream must
     stay alive. Without one in time: DrillError, or None when not `required`."""
