@@ -875,6 +875,8 @@ def _parser(name: str) -> argparse.ArgumentParser:
     p.add_argument("--tables", nargs="+", default=list(DEFAULT_TABLES), metavar="TABLE",
                    help=f"tables to stream (default: {' '.join(DEFAULT_TABLES)})")
     p.add_argument("--quality", action="store_true", help="run the quality checks in the stream (default: off)")
+    p.add_argument("--one-hop", action="store_true",
+                   help="the stream with LAKEHOUSE_STREAM_ONE_HOP=true: each topic's bronze and silver as one query")
     p.add_argument("--keep", action="store_true", help="keep the state folder (kept anyway when the drill fails)")
     return p
 
@@ -910,6 +912,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     report: DrillReport | None = None
     extra = {} if not args.quality else {"LAKEHOUSE_QUALITY": "true"}
+    if args.one_hop:
+        extra["LAKEHOUSE_STREAM_ONE_HOP"] = "true"
     try:
         from schemas import topics
         from streaming.kafka_topics import ensure_topics
