@@ -237,7 +237,9 @@ def add_stream_commands(sub: argparse._SubParsersAction) -> None:
         "stream", help="run the flows continuously (seconds from send to silver and gold) until Ctrl-C or SIGTERM",
         description="Starts every flow (or the named tables' flows and the flows they read from) as a continuous "
                     "query in one Spark session, a micro-batch every LAKEHOUSE_STREAM_TRIGGER (default 1 second; "
-                    "LAKEHOUSE_STREAM_TRIGGERS sets another per layer or flow, e.g. \"gold=5 seconds\"). "
+                    "LAKEHOUSE_STREAM_TRIGGERS sets another per layer or flow, e.g. \"gold=5 seconds\"; "
+                    "LAKEHOUSE_STREAM_ONE_HOP=true runs each topic's bronze and silver flows as one query, one hop "
+                    "from Kafka to silver). "
                     "The same flows and checkpoints as the triggered runs (`lakehouse run`, the Dagster catch_up "
                     "job): the two modes can take turns on one lake without losing or repeating a record. A flow "
                     "whose input table does not exist yet starts when it appears. A failed query is restarted after "
