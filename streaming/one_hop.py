@@ -23,7 +23,6 @@ query never replays a batch: recovery is the flows' own, which their tests cover
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -37,10 +36,9 @@ from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.delta_log import commits_after, table_id, table_version
 from streaming.flows import BY_NAME, FLOWS, Flow
-from streaming.kafka_topics import admin_client
-from streaming.lake_files import delete_tree, has_delta_log
-from streaming.positions import StreamBinding, bronze_positions, commit_metadata, kafka_starting_offsets, parse_metadata
-from streaming.runner import in_flow_pool, run_flow
+from streaming.lake_files import delete_tree
+from streaming.positions import StreamBinding, commit_metadata, parse_metadata
+from streaming.runner import after_bronze, in_flow_pool, run_flow
 from streaming.sinks import append_once
 from streaming.sources import read_kafka_stream
 
@@ -49,11 +47,10 @@ log = logging.getLogger(__name__)
 
 def one_hop_pairs(flows: list[Flow]) -> dict[str, Flow]:
     """Silver flow name -> the bronze flow it reads, for each topic whose two flows are both in `flows`."""
-    names = {f.name for f in flows}
     writers = {f.target.name: f for f in flows}
     pairs = {}
     for flow in flows:
-        if flow.writer is None or flow.schema is None or flow.name not in names:
+        if flow.writer is None or flow.schema is None:   # not a silver flow
             continue
         bronze = writers.get(flow.sources[0].name)
         if len(flow.sources) == 1 and bronze is not None and isinstance(bronze.source, TopicSpec):
@@ -142,19 +139,12 @@ def start_one_hop(spark: SparkSession, bronze: Flow, silver: Flow, ctx: FlowCont
     own = checkpoint(silver, ctx)
     for folder in (bronze.checkpoint(ctx), silver.checkpoint(ctx), own):
         delete_tree(spark, folder)   # the flows rebuild theirs from the tables when they run again
-    path = bronze.target.path(ctx.lake_root)
-    positions = bronze_positions(spark, path) if has_delta_log(spark, path) else {}
-    starting = None
-    topic = bronze.source
-    if positions:
-        metadata = admin_client(ctx.kafka_bootstrap).list_topics(topic.name, timeout=10).topics.get(topic.name)
-        partitions = sorted(set(metadata.partitions if metadata is not None else ()) | set(positions.get(topic.name, {})))
-        starting = kafka_starting_offsets(positions, {topic.name: partitions})
+    starting, said = after_bronze(spark, bronze, ctx)
     writer = OneHopWriter(bronze, silver, ctx, checkpoint=own)
-    stream = read_kafka_stream(spark, topic, ctx, starting_offsets=starting)
+    stream = read_kafka_stream(spark, bronze.source, ctx, starting_offsets=starting)
     query_writer = (stream.writeStream.queryName(silver.name).option("checkpointLocation", own)
                     .trigger(**trigger).foreachBatch(writer))
     query = in_flow_pool(spark, silver, query_writer.start)
-    log.info("flow %s: one query now writes %s and %s from %s%s", silver.name, bronze.target.name,
-             silver.target.name, topic.name, f", starting at {json.loads(starting)}" if starting else "")
+    log.info("flow %s: one query now writes %s and %s, from %s", silver.name, bronze.target.name,
+             silver.target.name, said)
     return query, writer

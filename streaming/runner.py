@@ -184,27 +184,37 @@ def prepare_checkpoint(spark: SparkSession, flow: Flow, ctx: FlowContext, *, wri
     return Resume(versions=versions, starting=start)
 
 
-def _resume_bronze(spark: SparkSession, flow: Flow, ctx: FlowContext, checkpoint: str, lost: str) -> Resume:
-    """A bronze flow resumes at the Kafka offsets after the highest its table holds, per partition."""
+def after_bronze(spark: SparkSession, flow: Flow, ctx: FlowContext) -> tuple[str | None, str]:
+    """Where a bronze flow's query starts without a checkpoint: the Kafka offsets after the highest its table holds.
+
+    Returns Spark's startingOffsets JSON (None when the table holds no rows: from the earliest offsets)
+    and the same in words, per partition.
+    """
     topic = flow.source
-    path = flow.target.path(ctx.lake_root)
-    positions = bronze_positions(spark, path)
+    positions = bronze_positions(spark, flow.target.path(ctx.lake_root))
     if not positions:
-        if lost == "corrupt":
-            log.warning("%s holds no rows; flow %s starts from the earliest offsets of %s",
-                        flow.target.name, flow.name, topic.name)
-        return Resume()
+        return None, f"{topic.name} from the earliest offsets"
     metadata = admin_client(ctx.kafka_bootstrap).list_topics(topic.name, timeout=10).topics.get(topic.name)
     partitions = sorted(metadata.partitions) if metadata is not None and metadata.partitions else []
     partitions = sorted(set(partitions) | set(positions.get(topic.name, {})))
-    starting = kafka_starting_offsets(positions, {topic.name: partitions})
     at = positions.get(topic.name, {})
     said = ", ".join(f"partition {p} at offset {at[p]}" if p in at else f"partition {p} from the earliest offset"
                      for p in partitions)
+    return kafka_starting_offsets(positions, {topic.name: partitions}), f"{topic.name} {said}"
+
+
+def _resume_bronze(spark: SparkSession, flow: Flow, ctx: FlowContext, checkpoint: str, lost: str) -> Resume:
+    """A bronze flow resumes at the Kafka offsets after the highest its table holds, per partition."""
+    starting, said = after_bronze(spark, flow, ctx)
+    if starting is None:
+        if lost == "corrupt":
+            log.warning("%s holds no rows; flow %s starts from the earliest offsets of %s",
+                        flow.target.name, flow.name, flow.source.name)
+        return Resume()
     log.warning("checkpoint of flow %s at %s was %s; resuming from the positions recorded in %s version %s: "
-                "%s %s (after the Kafka coordinates of its rows)", flow.name, checkpoint, lost, flow.target.name,
-                table_version(spark, path), topic.name, said)
-    return Resume(kafka={topic.name: starting})
+                "%s (after the Kafka coordinates of its rows)", flow.name, checkpoint, lost, flow.target.name,
+                table_version(spark, flow.target.path(ctx.lake_root)), said)
+    return Resume(kafka={flow.source.name: starting})
 
 
 def _state_tables(spark: SparkSession, writer: Any) -> list[str]:
