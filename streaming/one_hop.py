@@ -2,10 +2,9 @@
 
 As two queries, silver sees a bronze commit only at its own next trigger, reads it back from the Delta
 log and commits: a hop, about 2 s at the median on two cores (docs/performance.md, the twenty-fourth
-step). Here one query reads the topic through the bronze flow's transform and then the silver flow's
-(which keeps every bronze column). Each micro-batch, cached, is appended to bronze in bronze's columns,
-then written by the silver flow's writer (`SilverWriter`): the two flows' own transforms and per-batch
-function, in one batch.
+step). Here one query reads the topic, and each micro-batch is appended to bronze by the bronze flow's
+transform, then the very rows appended are parsed by the silver flow's transform and written by its
+writer (`SilverWriter`): the two flows' own per-batch functions, in one batch.
 
 The tables stay the two flows' own, so their own queries (a catch-up, a Dagster run) take over where
 this one stopped:
@@ -19,9 +18,7 @@ this one stopped:
 Every start hands over the other way the same way: both flows first catch up (availableNow), which
 also recovers a one-hop batch cut short; then their checkpoints are dropped (they would be behind once
 this query writes) and this query starts with a new checkpoint after the offsets bronze holds. So this
-query never replays a batch: recovery is the flows' own, which their tests cover. That is also why its
-bronze append carries no txn id (Delta's check of one costs the append the table's whole state): a
-batch cut after it is not run again by this query, and the bronze flow resumes after the coordinates.
+query never replays a batch: recovery is the flows' own, which their tests cover.
 """
 
 from __future__ import annotations
@@ -42,7 +39,7 @@ from streaming.flows import BY_NAME, FLOWS, Flow
 from streaming.lake_files import delete_tree
 from streaming.positions import StreamBinding, commit_metadata, parse_metadata
 from streaming.runner import after_bronze, in_flow_pool, run_flow
-from streaming.sinks import append_blind
+from streaming.sinks import append_once
 from streaming.sources import read_kafka_stream
 
 log = logging.getLogger(__name__)
@@ -93,15 +90,10 @@ class OneHopBinding(StreamBinding):
 
 
 class OneHopWriter:
-    """A `(parsed_batch, batch_id)` function: the batch's bronze columns appended to bronze, then the batch to silver.
+    """A `(kafka_batch, batch_id)` function: the batch appended to bronze, then those rows written to silver."""
 
-    The query applies both flows' transforms to its stream once, at its start, so each batch arrives parsed:
-    built in Python from a batch's rows instead, the parse plan cost 0.6 s a batch (docs/performance.md).
-    """
-
-    def __init__(self, bronze: Flow, silver: Flow, ctx: FlowContext, *, checkpoint: str, bronze_columns: list[str]):
-        self.bronze, self.ctx = bronze, ctx
-        self.bronze_columns = bronze_columns   # what the bronze transform gives; the silver transform keeps them all
+    def __init__(self, bronze: Flow, silver: Flow, ctx: FlowContext, *, checkpoint: str):
+        self.bronze, self.silver_flow, self.ctx = bronze, silver, ctx
         self.bronze_path = bronze.target.path(ctx.lake_root)
         self.silver = silver.batch_writer(ctx)
         self.binding = OneHopBinding(flow=silver.name, app=silver.app_id, checkpoint=checkpoint,
@@ -109,41 +101,32 @@ class OneHopWriter:
         self.silver.bind_stream(self.binding)
         self.stats = self.silver.stats
 
-    def __call__(self, parsed: DataFrame, batch_id: int) -> None:
-        spark = parsed.sparkSession
+    def __call__(self, kafka: DataFrame, batch_id: int) -> None:
+        spark = kafka.sparkSession
         query = self.binding.query_id(spark)
         self.binding.at_ms = int(time.time() * 1000)
-        # Cached as appended: silver is written from the rows bronze holds, not from a second read of Kafka.
-        parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+        # Cached as appended: silver parses the rows bronze holds (their ingest time included), not a re-read of Kafka.
+        rows = self.bronze.apply(kafka, ctx=self.ctx).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             before = table_version(spark, self.bronze_path)
-            # No txn id: this query never runs a batch twice (see the module docstring), and the bronze flow
-            # resumes after the Kafka coordinates the table holds, so a txn check would only cost time.
-            append_blind(parsed.select(*self.bronze_columns), self.bronze_path,
-                         partition_by=self.bronze.target.partition_by,
-                         user_metadata=commit_metadata(self.bronze.name, batch_id, None, query=query))
-            version = self._appended(spark, before, query, batch_id)
-            if version is None:
-                if parsed.isEmpty():
-                    # A new query's first batch runs even when Kafka has nothing new (it has no offsets to compare
-                    # with). Delta commits no empty append without a txn id, and silver has nothing to write.
-                    return
-                raise RuntimeError(f"flow {self.bronze.name}: the append of one-hop batch {batch_id} is not in "
-                                   f"{self.bronze.target.name}'s log after version {before}")
-            self.binding.bronze_version = version
+            append_once(rows, self.bronze_path, app_id=f"{self.bronze.app_id}-{query}", batch_id=batch_id,
+                        partition_by=self.bronze.target.partition_by,
+                        user_metadata=commit_metadata(self.bronze.name, batch_id, None, query=query))
+            self.binding.bronze_version = self._appended(spark, before, query, batch_id)
             if self.binding.bronze_table_id is None:
                 self.binding.bronze_table_id = table_id(spark, self.bronze_path)
-            self.silver(parsed, batch_id)
+            self.silver(self.silver_flow.apply(rows, ctx=self.ctx), batch_id)
         finally:
-            parsed.unpersist()
+            rows.unpersist()
 
-    def _appended(self, spark: SparkSession, before: int | None, query: str, batch_id: int) -> int | None:
-        """The bronze version this batch's append made (another writer may have committed meanwhile), if any."""
+    def _appended(self, spark: SparkSession, before: int | None, query: str, batch_id: int) -> int:
+        """The bronze version this batch's append made (another writer may have committed meanwhile)."""
         for commit in commits_after(spark, self.bronze_path, before):
             record = parse_metadata(commit.user_metadata) or {}
             if record.get("query") == query and record.get("batch") == batch_id:
                 return commit.version
-        return None
+        raise RuntimeError(f"flow {self.bronze.name}: the append of one-hop batch {batch_id} is not in "
+                           f"{self.bronze.target.name}'s log after version {before}")
 
 
 def start_one_hop(spark: SparkSession, bronze: Flow, silver: Flow, ctx: FlowContext, *,
@@ -157,9 +140,9 @@ def start_one_hop(spark: SparkSession, bronze: Flow, silver: Flow, ctx: FlowCont
     for folder in (bronze.checkpoint(ctx), silver.checkpoint(ctx), own):
         delete_tree(spark, folder)   # the flows rebuild theirs from the tables when they run again
     starting, said = after_bronze(spark, bronze, ctx)
-    rows = bronze.apply(read_kafka_stream(spark, bronze.source, ctx, starting_offsets=starting), ctx=ctx)
-    writer = OneHopWriter(bronze, silver, ctx, checkpoint=own, bronze_columns=rows.columns)
-    query_writer = (silver.apply(rows, ctx=ctx).writeStream.queryName(silver.name).option("checkpointLocation", own)
+    writer = OneHopWriter(bronze, silver, ctx, checkpoint=own)
+    stream = read_kafka_stream(spark, bronze.source, ctx, starting_offsets=starting)
+    query_writer = (stream.writeStream.queryName(silver.name).option("checkpointLocation", own)
                     .trigger(**trigger).foreachBatch(writer))
     query = in_flow_pool(spark, silver, query_writer.start)
     log.info("flow %s: one query now writes %s and %s, from %s", silver.name, bronze.target.name,

@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 
 from delta.tables import DeltaTable
 from pyspark import InheritableThread
-from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from schemas.tables import TableSpec
 from streaming.lake_files import has_delta_log
@@ -57,27 +57,16 @@ def append_once(df: DataFrame, path: str, *, app_id: str, batch_id: int, partiti
 
     `user_metadata` goes into the commit's userMetadata (the source positions, streaming/positions.py).
     """
-    writer = _appender(df, partition_by, user_metadata).option("txnAppId", app_id).option("txnVersion", str(batch_id))
-    save_racing_creation(lambda: writer.save(path))
-
-
-def append_blind(df: DataFrame, path: str, *, partition_by: tuple[str, ...] = (), user_metadata: str | None = None) -> None:
-    """Append rows without Delta's txn check, for a writer that never runs a batch twice (the one-hop query).
-
-    The check costs the append the table's whole state, a few Spark jobs: in a one-hop batch at 1,000
-    events/s the bronze append took 1.33 s with it and 0.62 s without (docs/performance.md).
-    """
-    writer = _appender(df, partition_by, user_metadata)
-    save_racing_creation(lambda: writer.save(path))
-
-
-def _appender(df: DataFrame, partition_by: tuple[str, ...], user_metadata: str | None) -> DataFrameWriter:
-    writer = df.write.format("delta").mode("append")
+    writer = (
+        df.write.format("delta").mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", str(batch_id))
+    )
     if user_metadata is not None:
         writer = writer.option("userMetadata", user_metadata)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    return writer
+    save_racing_creation(lambda: writer.save(path))
 
 
 class StateWarmer:
