@@ -6,6 +6,10 @@ writer's blind append never conflicts with it. VACUUM deletes only files that no
 table's `delta.deletedFileRetentionDuration` references, and the policy makes that the replay window
 (infra/retention.py), so a stream that is less than the window behind still finds every file it needs.
 
+Both carry a stateful gold table's newest watermark forward in their commits (`carried_watermark`): its
+flow records it in its own MERGE's commit, and log cleanup would delete that commit from a table that is
+compacted for weeks while its flow has nothing to write.
+
 One case is not safe, and is avoided instead: a table whose writer rewrites files in place (MERGE,
 UPDATE, DELETE, an overwrite: the gold and dimension tables, and a table a backfill replaced). Such a
 writer reads files and then commits; if OPTIMIZE removed those files in between, Delta fails the
@@ -30,6 +34,8 @@ from infra.retention import (
 from schemas.tables import TableSpec
 from schemas.topics import TopicSpec
 from streaming.delta_log import commits_after, table_version
+from streaming.gold_batches import carried_watermark
+from streaming.positions import UserMetadata
 from streaming.lake_files import has_delta_log
 
 log = logging.getLogger(__name__)
@@ -138,7 +144,8 @@ def compact_table(spark: SparkSession, spec: TableSpec, lake_root: str, *, busy:
         statement += " ZORDER BY (" + ", ".join(f"`{c}`" for c in spec.zorder_by) + ")"
     started = time.monotonic()
     try:
-        metrics = spark.sql(statement).first()["metrics"]
+        with UserMetadata(spark, carried_watermark(spark, path)):
+            metrics = spark.sql(statement).first()["metrics"]
     except Exception as exc:  # noqa: BLE001 - reported per table; the caller decides whether the run fails
         message = _short(exc)
         # A writer committed first on the same files: Delta rejected OPTIMIZE, the writer is unharmed.
@@ -217,7 +224,8 @@ def vacuum_table(spark: SparkSession, spec: TableSpec, lake_root: str, *, window
     before = table_version(spark, path)
     started = time.monotonic()
     try:
-        DeltaTable.forPath(spark, path).vacuum()
+        with UserMetadata(spark, carried_watermark(spark, path)):
+            DeltaTable.forPath(spark, path).vacuum()
     except Exception as exc:  # noqa: BLE001 - reported per table
         result.status, result.reason = "failed", _short(exc)
         result.duration_s = round(time.monotonic() - started, 2)

@@ -27,6 +27,7 @@ from schemas.tables import TableSpec
 from schemas.topics import TopicSpec
 from streaming.context import FlowContext
 from streaming.flows import FLOWS, Flow
+from streaming.gold_batches import WATERMARK_TABLE, EventTimeWriter
 from streaming.lake_files import children, has_delta_log
 from streaming.runner import table_version
 
@@ -221,6 +222,13 @@ def _move_state(spark: SparkSession, flow: Flow, shadow: Shadow, ctx: FlowContex
     """A stateful gold flow's watermark and buffers, as the replay left them, in place of the live ones."""
     suffix = f"gold/_state/{flow.app_id}"
     for table in children(spark, f"{shadow.root}/{suffix}", folders_only=True):
-        target = f"{ctx.lake_root.rstrip('/')}/{suffix}/{table.rsplit('/', 1)[-1]}"
+        name = table.rsplit("/", 1)[-1]
+        if name == WATERMARK_TABLE:
+            continue   # below: the replay's newest watermark may be in its gold table's commit instead
+        target = f"{ctx.lake_root.rstrip('/')}/{suffix}/{name}"
         (spark.read.format("delta").load(table)
          .write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(target))
+    replayed = flow.batch_writer(shadow.ctx) if flow.output == "batch" else None
+    if isinstance(replayed, EventTimeWriter) and (saved := replayed.saved_watermark(spark)) is not None:
+        # The swap's overwrite of the live table records no watermark: the live flow reads this one.
+        flow.batch_writer(ctx).adopt_watermark(spark, saved)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Iterator
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
@@ -30,6 +31,7 @@ class Commit:
     metrics: dict[str, str]
     parameters: dict[str, str]
     user_metadata: str | None = None
+    timestamp: int = 0        # when it was committed, in ms since the epoch (commitInfo's own)
 
     @property
     def rows(self) -> int:
@@ -85,7 +87,7 @@ def _read_commit(spark: SparkSession, path: str, version: int) -> Commit | None:
     finally:
         reader.close()
     return Commit(version, info.get("operation", ""), dict(info.get("operationMetrics") or {}),
-                  dict(info.get("operationParameters") or {}), info.get("userMetadata"))
+                  dict(info.get("operationParameters") or {}), info.get("userMetadata"), int(info.get("timestamp") or 0))
 
 
 def commits_after(spark: SparkSession, path: str, after_version: int | None) -> list[Commit]:
@@ -104,6 +106,18 @@ def commits_after(spark: SparkSession, path: str, after_version: int | None) -> 
     while (commit := _read_commit(spark, path, after_version + 1 + len(commits))) is not None:
         commits.append(commit)
     return commits
+
+
+def newest_commits(spark: SparkSession, path: str, limit: int) -> Iterator[Commit]:
+    """Up to `limit` of the table's newest commits, newest first, stopping at the first whose file is gone."""
+    newest = table_version(spark, path)
+    if newest is None:
+        return
+    for version in range(newest, max(newest - limit, -1), -1):
+        commit = _read_commit(spark, path, version)
+        if commit is None:
+            return
+        yield commit
 
 
 def last_commit(spark: SparkSession, path: str) -> Commit | None:

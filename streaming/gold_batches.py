@@ -10,14 +10,17 @@ function, `EventTimeWriter`, that streaming passes to foreachBatch and the batch
 2. rows behind it go to `late_arrivals` with the flow, the watermark and the Kafka coordinates;
 3. the rest go to the flow's step, which merges them into its table (partial aggregates added to
    windows, sessions re-merged, join state matched and evicted) under the same watermark;
-4. the new newest event time is saved last, in a one-row Delta table beside the flow's state. A batch
-   that ends inside a source commit (a byte cap splits its files, read in file order) saves it apart
-   and keeps the watermark where it was until a batch ends on a commit boundary: a cap changes the
-   batches, not which events are late.
+4. the new newest event time is saved with the batch's last write: in the commit of the step's MERGE
+   when that is the step's only write (windows, sliding counts: the watermark is then committed with
+   the rows it let through, in one commit), else in a one-row Delta table beside the flow's state,
+   written last. A batch that ends inside a source commit (a byte cap splits its files, read in file
+   order) saves it apart and keeps the watermark where it was until a batch ends on a commit
+   boundary: a cap changes the batches, not which events are late.
 
 Each write carries Delta's (txnAppId, txnVersion): a batch replayed after a crash writes nothing
 twice and, because the watermark is saved last with the one the batch started from, sees the
-watermark it saw the first time, even when it was replayed after saving it. So every
+watermark it saw the first time, even when it was replayed after saving it. The newest save wins,
+by commit time, of the target's commit and the watermark table's. So every
 silver event is either counted in each gold table it feeds or listed in `late_arrivals` for that table.
 Each commit also records where the batch's sources stood (the watermark's commit marked final), so a
 lost checkpoint can be rebuilt (streaming/positions.py); the flow's state folder is keyed by the flow
@@ -38,7 +41,7 @@ from pyspark.sql import functions as F
 
 from schemas.tables import LATE_ARRIVALS, TableSpec
 from streaming.context import BatchScope, FlowContext, QualityGate, iso_micros, timestamp_literal
-from streaming.delta_log import last_commit, txn_version
+from streaming.delta_log import Commit, last_commit, newest_commits, txn_version
 from streaming.lake_files import has_delta_log
 from streaming.positions import BatchRecord, RecordsPositions, UserMetadata
 from streaming.sinks import append_once, dml_once, ensure_table, merge_metrics
@@ -47,6 +50,8 @@ from streaming.transforms.silver import to_late_arrivals
 log = logging.getLogger(__name__)
 
 _UNSET = object()
+# The folder of a flow's state that holds its watermark table.
+WATERMARK_TABLE = "watermark"
 # The key of a watermark commit's userMetadata that holds the row it saved.
 _SAVED = "saved"
 # The watermark table's columns (besides saved_at), in the order _save_max writes them.
@@ -54,6 +59,8 @@ _WATERMARK_COLUMNS = (("max_event_micros", "BIGINT"), ("batch_id", "BIGINT"), ("
                       ("txn_app_id", "STRING"), ("before_max_micros", "BIGINT"), ("before_seen_micros", "BIGINT"))
 # watermark_after while a new flow holds its first watermark (a split commit): no window or join closes.
 _NOTHING_CLOSES = -(1 << 62)
+# Commits of a gold table that change none of its rows; they carry its newest watermark forward (carried_watermark).
+_MAINTENANCE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
 
 
 class StaleGoldTable(RuntimeError):
@@ -92,6 +99,8 @@ class Step:
     watermark: int | None         # before this batch: rows behind it were routed to late arrivals
     watermark_after: int          # after this batch: what a join or a session may now close
     user_metadata: str | None = None   # recorded with each commit: the batch's source positions (positions.py)
+    # For a MERGE that is the batch's last write: the positions marked final and the watermark after the batch.
+    closing_metadata: str | None = None
     quality: QualityGate | None = None  # checks the rows each merge writes against the table's suite
     scope: BatchScope | None = None     # the batch those rows came from, for the quality results
     event_range: tuple[int, int] | None = None  # the earliest and latest event time of the step's rows (micros)
@@ -101,7 +110,8 @@ class Step:
         return self.target.path(self.lake_root)
 
     def merge(self, source: DataFrame, *, keys: tuple[str, ...], matched: Mapping[str, str] | None = None,
-              delete_flag: str | None = None, key_range: tuple[str, int, int] | None = None) -> int:
+              delete_flag: str | None = None, key_range: tuple[str, int, int] | None = None,
+              closes_batch: bool = False) -> int:
         """MERGE `source` into the target on `keys`, once per (flow, batch); returns rows inserted + updated + deleted.
 
         `matched` maps target columns to expressions over `t` (target) and `s` (source) for matched rows
@@ -109,25 +119,28 @@ class Step:
         deletes its match and is never inserted. `key_range` (a timestamp key, its least and greatest
         value in `source`, in micros) lets Delta skip the target's files outside it: key equality implies
         it, so the same rows match, and the MERGE reads the part of the table the batch reaches.
+        `closes_batch`: this MERGE is the step's only write, so its commit records the batch as final and
+        the watermark after it (`closing_metadata`), and the writer needs no commit of its own for them.
         """
+        metadata = self.closing_metadata if closes_batch and self.closing_metadata else self.user_metadata
         on = on_keys(keys)
         if key_range is not None:
             column, lo, hi = key_range
             on += f" AND t.`{column}` >= {timestamp_literal(lo)} AND t.`{column}` <= {timestamp_literal(hi)}"
         if self.quality is None or self.scope is None:
-            return self._merge(source, on=on, matched=matched, delete_flag=delete_flag)
+            return self._merge(source, on=on, matched=matched, delete_flag=delete_flag, metadata=metadata)
         # Persisted so that validating and merging compute the step's output once.
         source = source.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             columns = [c for c in source.columns if c != delete_flag]
             kept = source.where(~F.col(delete_flag)) if delete_flag else source
             self.quality.validate(self.target, kept.select(*columns), self.scope)
-            return self._merge(source, on=on, matched=matched, delete_flag=delete_flag)
+            return self._merge(source, on=on, matched=matched, delete_flag=delete_flag, metadata=metadata)
         finally:
             source.unpersist()
 
     def _merge(self, source: DataFrame, *, on: str, matched: Mapping[str, str] | None,
-               delete_flag: str | None) -> int:
+               delete_flag: str | None, metadata: str | None) -> int:
         path = self.target_path
         columns = [c for c in source.columns if c != delete_flag]
         ensure_table(source.select(*columns), self.target, path)
@@ -138,7 +151,7 @@ class Step:
         merge = merge.whenMatchedUpdate(set=dict(matched or values))
         merge = merge.whenNotMatchedInsert(
             condition=f"NOT s.`{delete_flag}`" if delete_flag else None, values=values)
-        with dml_once(self.spark, self.app_id, self.batch_id), UserMetadata(self.spark, self.user_metadata):
+        with dml_once(self.spark, self.app_id, self.batch_id), UserMetadata(self.spark, metadata):
             metrics = merge_metrics(merge.execute())
         if metrics is None:
             return 0  # the batch had been merged before a crash: Delta skipped it
@@ -217,9 +230,47 @@ def add_partials(keys: tuple[str, ...], sums: tuple[str, ...]) -> StepFunction:
     """A step that adds a batch's partial aggregates (sums and counts) to the matching rows of its table."""
 
     def step(partials: DataFrame, at: Step) -> int:
-        return at.merge(partials, keys=keys, matched={c: f"t.`{c}` + s.`{c}`" for c in sums})
+        return at.merge(partials, keys=keys, matched={c: f"t.`{c}` + s.`{c}`" for c in sums}, closes_batch=True)
 
     return step
+
+
+def _saved_in(commit: Commit) -> dict | None:
+    """The watermark row a commit records in its userMetadata (`saved`), if it records one."""
+    if not commit.user_metadata:
+        return None
+    try:
+        saved = json.loads(commit.user_metadata).get(_SAVED)
+    except (ValueError, AttributeError):
+        return None
+    return saved if isinstance(saved, dict) and {"max_event_micros", "txn_app_id"} <= saved.keys() else None
+
+
+def saved_in_log(spark: SparkSession, path: str) -> tuple[int, dict] | None:
+    """The newest watermark a stateful gold flow committed with its rows to the table at `path`: (commit ms, row).
+
+    The newest commit that is not maintenance decides: it records one or it does not (an overwrite, a
+    session's UPDATE, older code). OPTIMIZE and VACUUM commits in front of it are passed over; the
+    copies they carry (`carried_watermark`) are read only when the log no longer holds that commit.
+    """
+    carried = None
+    for commit in newest_commits(spark, path, limit=100_000):
+        saved = _saved_in(commit)
+        if commit.operation not in _MAINTENANCE:
+            return None if saved is None else (commit.timestamp, saved)
+        if carried is None and saved is not None:
+            carried = (commit.timestamp, saved)
+    return carried
+
+
+def carried_watermark(spark: SparkSession, path: str) -> str | None:
+    """The userMetadata with which a maintenance commit of a gold table carries the table's newest watermark forward.
+
+    Log cleanup deletes commit files older than the log's retention; a table compacted for weeks with no
+    batch of its flow would otherwise lose the commit that records its watermark.
+    """
+    found = saved_in_log(spark, path) if has_delta_log(spark, path) else None
+    return None if found is None else json.dumps({_SAVED: found[1]}, separators=(",", ":"))
 
 
 class EventTimeWriter(RecordsPositions):
@@ -242,7 +293,7 @@ class EventTimeWriter(RecordsPositions):
         self.count_state = state_rows
         # Keyed by the flow's base app id, not the query's: the watermark and buffers outlive a lost checkpoint.
         self.state_root = f"{lake_root.rstrip('/')}/gold/_state/{app_id}"
-        self.watermark_path = f"{self.state_root}/watermark"
+        self.watermark_path = f"{self.state_root}/{WATERMARK_TABLE}"
         self.late_path = LATE_ARRIVALS.path(lake_root)
         self.stats = GoldBatchStats()
         self._max: object = _UNSET    # the newest event time the watermark counts
@@ -257,16 +308,16 @@ class EventTimeWriter(RecordsPositions):
         saved yet, rows in the target are refused as an earlier version's, unless Delta holds them as
         this very batch's merge (its process stopped before the first watermark was saved).
         """
-        if has_delta_log(spark, self.watermark_path):
-            saved = self._saved_row(spark)
-            if saved is None:
-                return None
+        saved = self._saved_row(spark)
+        if saved is not None:
             if txn is not None and saved.get("txn_app_id") == txn and saved.get("batch_id") == batch_id:
                 self._seen = saved["before_seen_micros"]
                 return saved["before_max_micros"]
             # A batch that ended inside a source commit saved the newest event time it accepted apart.
             self._seen = saved.get("seen_max_micros") or saved["max_event_micros"]
             return saved["max_event_micros"]
+        if has_delta_log(spark, self.watermark_path):
+            return None
         target = self.target.path(self.lake_root)
         if txn is not None and batch_id is not None and txn_version(spark, target, txn) == batch_id:
             # This query's first batch merged its rows and its process stopped before the watermark was
@@ -282,46 +333,80 @@ class EventTimeWriter(RecordsPositions):
 
     def settle(self, spark: SparkSession) -> None:
         """Fill in the watermark and state size for a run that had nothing new to read."""
-        if self._max is _UNSET:
-            if has_delta_log(spark, self.watermark_path):
-                self._max = self._saved_max(spark)
+        if self._max is _UNSET and self._saved_row(spark) is not None:
+            self._max = self._saved_max(spark)
         if self.stats.watermark_micros is None and isinstance(self._max, int):
             self.stats.watermark_micros = self._max - self.delay
         if self.count_state is not None and self.stats.state_rows is None:
             self.stats.state_rows = self.count_state(spark, self.state_root)
 
-    def _saved_row(self, spark: SparkSession) -> dict | None:
-        """The saved watermark row: from its commit's userMetadata (`saved`) when that is the table's newest
-        commit, else by reading the table (a Spark job, 0.5-0.7 s on 2 cores; a table saved by older code)."""
-        commit = last_commit(spark, self.watermark_path)
-        if commit is not None and commit.operation == "WRITE" and commit.user_metadata:
-            try:
-                saved = json.loads(commit.user_metadata).get(_SAVED)
-            except (ValueError, AttributeError):
-                saved = None
-            if isinstance(saved, dict) and {"max_event_micros", "txn_app_id"} <= saved.keys():
-                return saved
-        row = spark.read.format("delta").load(self.watermark_path).first()
-        return None if row is None else row.asDict()
+    def _in_target(self, spark: SparkSession) -> tuple[int, dict] | None:
+        """The newest watermark this version of the flow committed with its rows to its target (`saved_in_log`)."""
+        found = saved_in_log(spark, self.target.path(self.lake_root))
+        # Another version of the flow counted those rows: its watermark is not this one's (see StaleGoldTable).
+        return found if found is not None and found[1].get("app") == self.app_id else None
 
-    def _save_max(self, spark: SparkSession, max_micros: int | None, seen_micros: int, batch_id: int, txn: str,
-                  record: BatchRecord, before: tuple[int | None, int | None]) -> None:
-        """Save the watermark after this batch, and the one it started from (`before`: max, seen) for a replay.
+    def _in_watermark_table(self, spark: SparkSession) -> tuple[int, dict] | None:
+        """The watermark table's row: from its commit's userMetadata (`saved`) when that is the table's newest
+        commit, else by reading the table (a Spark job, 0.5-0.7 s on 2 cores; a table saved by older code)."""
+        if not has_delta_log(spark, self.watermark_path):
+            return None
+        commit = last_commit(spark, self.watermark_path)
+        at = commit.timestamp if commit is not None else 0
+        if commit is not None and commit.operation == "WRITE" and (saved := _saved_in(commit)) is not None:
+            return at, saved
+        row = spark.read.format("delta").load(self.watermark_path).first()
+        return None if row is None else (at, row.asDict())
+
+    def _saved_row(self, spark: SparkSession) -> dict | None:
+        """The newest saved watermark row, of the target's commit and the watermark table's.
+
+        Saved by one query, the later batch wins (a tie: the target's, the same row); else the later commit.
+        """
+        found = [f for f in (self._in_target(spark), self._in_watermark_table(spark)) if f is not None]
+        if len(found) == 2 and found[0][1].get("txn_app_id") == found[1][1].get("txn_app_id"):
+            return max((f[1] for f in found), key=lambda saved: saved.get("batch_id") or 0)
+        return max(found, key=lambda f: f[0])[1] if found else None
+
+    saved_watermark = _saved_row
+
+    def adopt_watermark(self, spark: SparkSession, saved: dict) -> None:
+        """Make `saved`, the watermark another lake's run of this flow left (a replay's shadow), this flow's own."""
+        self._save_max(spark, saved, None, None, json.dumps({_SAVED: saved}, separators=(",", ":")))
+
+    def _closed_in_target(self, spark: SparkSession, txn: str, batch_id: int) -> bool:
+        """Whether the target's newest commit is this batch's MERGE with its watermark (`Step.closing_metadata`)."""
+        commit = last_commit(spark, self.target.path(self.lake_root))
+        saved = None if commit is None else _saved_in(commit)
+        return saved is not None and saved.get("txn_app_id") == txn and saved.get("batch_id") == batch_id
+
+    def _saved(self, max_micros: int | None, seen_micros: int, batch_id: int, txn: str,
+               before: tuple[int | None, int | None]) -> dict:
+        """The watermark after this batch, and the one it started from (`before`: max, seen) for a replay."""
+        values = (max_micros, batch_id, seen_micros, txn, *before)
+        return {**dict(zip((name for name, _ in _WATERMARK_COLUMNS), values)), "app": self.app_id}
+
+    @staticmethod
+    def _saved_metadata(record: BatchRecord, saved: dict) -> str:
+        """The userMetadata of the batch's final commit: its positions, marked final, and the watermark row."""
+        return record.metadata(final=True, **{_SAVED: saved}) or json.dumps({_SAVED: saved}, separators=(",", ":"))
+
+    def _save_max(self, spark: SparkSession, saved: dict, batch_id: int | None, txn: str | None,
+                  user_metadata: str) -> None:
+        """Save the watermark row in the flow's watermark table, once per batch (`txn`, `batch_id`) if given.
 
         The row's values also go into the commit's userMetadata (`saved`, beside the batch's positions), so
-        the next run reads them from the Delta log instead of by a Spark job (`_saved_row`).
+        the next run reads them from the Delta log instead of by a Spark job (`_in_watermark_table`).
         """
-        values = (max_micros, batch_id, seen_micros, txn, *before)
         row = spark.createDataFrame(
-            [values], ", ".join(f"{name} {kind}" for name, kind in _WATERMARK_COLUMNS),
+            [tuple(saved[name] for name, _ in _WATERMARK_COLUMNS)],
+            ", ".join(f"{name} {kind}" for name, kind in _WATERMARK_COLUMNS),
         ).withColumn("saved_at", F.current_timestamp())
-        saved = dict(zip((name for name, _ in _WATERMARK_COLUMNS), values))
-        user_metadata = record.metadata(final=True, **{_SAVED: saved}) or json.dumps(
-            {_SAVED: saved}, separators=(",", ":"))
         # overwriteSchema: a watermark saved by an earlier version of this code lacks some columns.
-        (row.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-         .option("txnAppId", f"{txn}-watermark").option("txnVersion", str(batch_id))
-         .option("userMetadata", user_metadata).save(self.watermark_path))
+        writer = row.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+        if txn is not None:
+            writer = writer.option("txnAppId", f"{txn}-watermark").option("txnVersion", str(batch_id))
+        writer.option("userMetadata", user_metadata).save(self.watermark_path)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -349,20 +434,24 @@ class EventTimeWriter(RecordsPositions):
             seen = self._seen if self._seen is not None else max_before
             new_seen = batch_max if seen is None else max(seen, batch_max or seen)
             new_max = max_before if hold else new_seen
+            saved = None if new_seen is None else self._saved(new_max, new_seen, batch_id, txn, (max_before, seen))
             written = 0
             if rows - n_late:
                 at = Step(spark=spark, batch_id=batch_id, app_id=txn, lake_root=self.lake_root,
                           target=self.target, state_root=self.state_root, watermark=watermark,
                           watermark_after=_NOTHING_CLOSES if new_max is None else new_max - self.delay,
                           user_metadata=record.metadata(), event_range=(row["min_on_time"], row["max_on_time"]),
+                          closing_metadata=None if saved is None else self._saved_metadata(record, saved),
                           **quality_of(self.ctx, self.flow, batch_id, batch, offsets))
                 written = self.step(self.aggregate(batch.where(~is_late)), at)
         finally:
             batch.unpersist()
-        if new_seen is not None:
+        if saved is not None:
             # Saved last: a batch replayed after a crash finds the watermark it saw the first time. Its
             # commit is the batch's final one: a lost checkpoint is rebuilt with this batch committed.
-            self._save_max(spark, new_max, new_seen, batch_id, txn, record, (max_before, seen))
+            # A step whose MERGE was its only write committed both already (Step.closing_metadata).
+            if not (rows - n_late and self._closed_in_target(spark, txn, batch_id)):
+                self._save_max(spark, saved, batch_id, txn, self._saved_metadata(record, saved))
             self._max, self._seen = new_max, new_seen
 
         stats = self.stats

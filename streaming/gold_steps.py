@@ -43,7 +43,7 @@ def sliding_counts(*, window_micros: int, threshold: int) -> StepFunction:
         table = at.read_target()
         if table is None:
             return at.merge(to_order_velocity(new, window_micros=window_micros, threshold=threshold),
-                            keys=("order_id",))
+                            keys=("order_id",), closes_batch=True)
         # Orders whose look-back a new order falls into, and those that fall into a new order's look-back.
         bounds = F.broadcast(_bounds(new, "ordered_at"))
         t = F.unix_micros("ordered_at")
@@ -58,7 +58,7 @@ def sliding_counts(*, window_micros: int, threshold: int) -> StepFunction:
         # Orders before the batch's earliest one keep their count: nothing new is before them.
         changed = counted.join(bounds.select("customer_id", "_lo"), "customer_id") \
             .where(t >= F.col("_lo")).drop("_lo")
-        return at.merge(changed, keys=("order_id",))
+        return at.merge(changed, keys=("order_id",), closes_batch=True)
 
     return step
 

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from schemas import sources, tables, topics
 from schemas.tables import TableSpec
 from streaming.context import FlowContext
+from streaming.delta_log import last_commit
 from streaming.flows import BY_NAME, Flow
 from streaming.generator import Mix, generate
 from streaming.gold_steps import join_state_rows
@@ -201,20 +202,23 @@ def test_lost_and_corrupt_checkpoints_of_the_real_flows(spark, broker, tmp_path,
     runs = {flow.name: run_flow(spark, flow, ctx) for flow in flows}
     assert runs["bronze_orders"].batches > 1 and runs["silver_orders"].batches > 1
 
-    # Lose three checkpoints, corrupt two (metadata; the latest offsets file), and make the revenue flow's
-    # last batch unfinished, as after a crash: the commit of its final write (its watermark) never happened.
+    # Lose three checkpoints and corrupt two (metadata; the latest offsets file). As after a crash, the revenue
+    # flow's last batch never happened (its one commit, the MERGE that also records its watermark, is gone), and
+    # the join's last batch is unfinished (its final write, the watermark saved after its MERGE and state, is).
     for name in ("bronze_orders", "silver_orders", "gold_revenue_per_minute"):
         shutil.rmtree(BY_NAME[name].checkpoint(ctx))
     Path(BY_NAME["bronze_payments"].checkpoint(ctx), "metadata").write_text("not json")
     offsets = Path(BY_NAME["gold_order_payments"].checkpoint(ctx), "offsets")
     latest = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     latest.write_text("v1\n{garbage")
-    watermark = f"{ctx.lake_root}/gold/_state/{BY_NAME['gold_revenue_per_minute'].app_id}/watermark"
-    last = DeltaTable.forPath(spark, watermark).history(1).collect()[0]["version"]
-    log_dir = Path(watermark, "_delta_log")
-    assert not list(log_dir.glob(f"{last:020d}.checkpoint*"))
-    for name in (f"{last:020d}.json", f".{last:020d}.json.crc"):
-        (log_dir / name).unlink(missing_ok=True)
+    revenue, join = BY_NAME["gold_revenue_per_minute"], BY_NAME["gold_order_payments"]
+    for table in (revenue.target.path(ctx.lake_root), f"{ctx.lake_root}/gold/_state/{join.app_id}/watermark"):
+        last = last_commit(spark, table)
+        assert '"final":true' in last.user_metadata, f"{table}'s newest commit is not a batch's final write"
+        log_dir = Path(table, "_delta_log")
+        assert not list(log_dir.glob(f"{last.version:020d}.checkpoint*"))
+        for name in (f"{last.version:020d}.json", f".{last.version:020d}.json.crc"):
+            (log_dir / name).unlink(missing_ok=True)
 
     second = produce(records[ROUND_ONE:], bootstrap=broker.kafka_bootstrap)
     assert second.delivered == ROUND_TWO
@@ -231,7 +235,7 @@ def test_lost_and_corrupt_checkpoints_of_the_real_flows(spark, broker, tmp_path,
         assert said(caplog, f"checkpoint of flow {name} at {where} was {lost}; resuming from the positions recorded "
                     "in "), f"{name}: no resume in the log"
     assert said(caplog, "checkpoint of flow bronze_orders", "recorded in bronze_orders version", "partition 0 at offset")
-    assert said(caplog, "checkpoint of flow gold_revenue_per_minute", "did not record its last write")
+    assert said(caplog, "checkpoint of flow gold_order_payments", "did not record its last write")
 
     deliveries = {**first.deliveries, **second.deliveries}
     by_index = {r.index: r for r in records}

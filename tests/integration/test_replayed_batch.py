@@ -3,22 +3,24 @@
 Delta skips each write such a batch made, by its txn id. What it has not written the first time (late
 rows, when it had none) it writes, so it must find the watermark it started from, not the one it left.
 
-A stateful gold flow finds that watermark in the Delta log: each watermark commit records the row it
-saved in its userMetadata (`saved`), so a new writer reads it from the newest commit file instead of by a
-Spark job over the table. A watermark saved by earlier code (no `saved` in its commit) is read from the
-table as before.
+A stateful gold flow finds that watermark in the Delta log: the commit that saves it records the row in
+its userMetadata (`saved`), so a new writer reads it from a commit file instead of by a Spark job. A
+window flow saves it in its MERGE's own commit; a batch with no MERGE, in the flow's watermark table. A
+watermark saved by earlier code (no `saved` in its commit) is read from the table as before.
 """
 
 import dataclasses
-import shutil
+import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from batch.maintenance import compact_table
 from schemas import topics
 from schemas.tables import GOLD_REVENUE_PER_MINUTE, LATE_ARRIVALS, SILVER_ORDERS
 from streaming.context import FlowContext
+from streaming.delta_log import last_commit
 from streaming.flows import BY_NAME
 from streaming.generator import generate, iso
 from streaming.gold_batches import StaleGoldTable
@@ -51,10 +53,13 @@ def test_a_batch_replayed_after_its_watermark_was_saved_counts_and_lists_nothing
     ctx = FlowContext(lake_root=lake, kafka_bootstrap="unused:1", gold_watermark="10 minutes")
     # Batch 0 spans 40 minutes: with no watermark before it, every row is on time.
     batch = orders(spark, ("o1", 0, 100), ("o2", 5, 200), ("o3", 40, 400))
-    flow.batch_writer(ctx)(flow.apply(batch, ctx=ctx), 0)
+    first = flow.batch_writer(ctx)
+    first(flow.apply(batch, ctx=ctx), 0)
     expected = {(T0, "EUR"): (100, 1), (T0 + timedelta(minutes=5), "EUR"): (200, 1),
                 (T0 + timedelta(minutes=40), "EUR"): (400, 1)}
     assert revenue(spark, lake) == expected
+    # The MERGE's commit holds the watermark: the batch made no commit of its own for it.
+    assert not has_delta_log(spark, first.watermark_path)
 
     # The process dies before Spark records batch 0; a new one replays it after the watermark moved to 09:30.
     replay = flow.batch_writer(ctx)
@@ -78,8 +83,10 @@ def test_a_first_batch_replayed_before_its_watermark_was_saved_counts_nothing_tw
     batch = orders(spark, ("o1", 0, 100), ("o2", 40, 400))
     first = flow.batch_writer(ctx)
     first(flow.apply(batch, ctx=ctx), 0)
-    # The state a kill leaves there: the merge committed, the watermark (written last) never was.
-    shutil.rmtree(first.watermark_path)
+    # The state a kill left with earlier code, which saved the watermark apart after the MERGE (as a session
+    # or join flow still does): the merge committed without it, the watermark (written last) never was.
+    as_earlier_code(GOLD_REVENUE_PER_MINUTE.path(lake))
+    assert not has_delta_log(spark, first.watermark_path)
     expected = {(T0, "EUR"): (100, 1), (T0 + timedelta(minutes=40), "EUR"): (400, 1)}
 
     # Any other batch finding those rows would count them again: refused, with what to do.
@@ -97,6 +104,22 @@ def test_a_first_batch_replayed_before_its_watermark_was_saved_counts_nothing_tw
     assert [r["event_id"] for r in late.collect()] == ["o3"]
 
 
+def as_earlier_code(table: str) -> None:
+    """Rewrite the table's newest commit as earlier code made it: no watermark (`saved`) in its userMetadata."""
+    log_dir = Path(table, "_delta_log")
+    newest = max(log_dir.glob("*.json"), key=lambda p: int(p.stem))
+    lines = newest.read_text().splitlines()
+    for n, line in enumerate(lines):
+        action = json.loads(line)
+        if "commitInfo" in action:
+            record = json.loads(action["commitInfo"]["userMetadata"])
+            assert record.pop("saved")
+            action["commitInfo"]["userMetadata"] = json.dumps(record)
+            lines[n] = json.dumps(action)
+    newest.write_text("\n".join(lines) + "\n")
+    (log_dir / f".{newest.name}.crc").unlink(missing_ok=True)   # the local file system's checksum of the old text
+
+
 def late_ids(spark, lake: str) -> list[str]:
     return sorted(r["event_id"] for r in spark.read.format("delta").load(LATE_ARRIVALS.path(lake)).collect())
 
@@ -105,28 +128,36 @@ def cents_by_minute(spark, lake: str) -> dict:
     return {window: cents for (window, _currency), (cents, _orders) in revenue(spark, lake).items()}
 
 
-def first_batch(spark, lake: str) -> tuple:
-    """gold_revenue_per_minute's batch 0 (orders at 0, 5 and 40 minutes); its flow, context and writer."""
+def first_batches(spark, lake: str) -> tuple:
+    """gold_revenue_per_minute's batch 0 (orders at 0, 5 and 40 minutes) and batch 1, all late (an order at 20).
+
+    Batch 1 has nothing to MERGE, so it saves the watermark in the flow's watermark table, after batch 0
+    saved it in the MERGE's commit. Returns the flow, its context and the writer.
+    """
     flow = BY_NAME["gold_revenue_per_minute"]
     ctx = FlowContext(lake_root=lake, kafka_bootstrap="unused:1", gold_watermark="10 minutes")
     first = flow.batch_writer(ctx)
     first(flow.apply(orders(spark, ("o1", 0, 100), ("o2", 5, 200), ("o3", 40, 400)), ctx=ctx), 0)
+    assert not has_delta_log(spark, first.watermark_path)
+    first(flow.apply(orders(spark, ("o4", 20, 50), first_offset=3), ctx=ctx), 1)
+    assert has_delta_log(spark, first.watermark_path)
+    assert late_ids(spark, lake) == ["o4"]
     return flow, ctx, first
 
 
 def test_the_watermark_is_read_from_its_commit_even_with_the_table_s_files_gone(spark, tmp_path):
     """With the watermark table's data files deleted, only the commit's record can give the watermark."""
     lake = str(tmp_path / "lake")
-    flow, ctx, first = first_batch(spark, lake)
+    flow, ctx, first = first_batches(spark, lake)
     data_files = list(Path(first.watermark_path).glob("*.parquet"))
     assert data_files
     for path in data_files:
         path.unlink()
 
     second = flow.batch_writer(ctx)
-    # The watermark batch 0 left: 40 - 10 = 30 minutes; the order at 20 minutes is late, the one at 41 is not.
-    second(flow.apply(orders(spark, ("o4", 20, 50), ("o5", 41, 10), first_offset=3), ctx=ctx), 1)
-    assert late_ids(spark, lake) == ["o4"]
+    # The watermark batch 1 left: 40 - 10 = 30 minutes; the order at 25 minutes is late, the one at 41 is not.
+    second(flow.apply(orders(spark, ("o6", 25, 50), ("o5", 41, 10), first_offset=4), ctx=ctx), 2)
+    assert late_ids(spark, lake) == ["o4", "o6"]
     expected = {T0 + timedelta(minutes=m): c for m, c in ((0, 100), (5, 200), (40, 400), (41, 10))}
     assert cents_by_minute(spark, lake) == expected
     assert second.stats.watermark_micros == int((T0 + timedelta(minutes=41 - 10)).timestamp()) * 1_000_000
@@ -135,15 +166,49 @@ def test_the_watermark_is_read_from_its_commit_even_with_the_table_s_files_gone(
 def test_a_watermark_saved_without_its_record_is_read_from_the_table(spark, tmp_path):
     """A watermark committed by earlier code (no record in its commit) still holds: the table is read."""
     lake = str(tmp_path / "lake")
-    flow, ctx, first = first_batch(spark, lake)
+    flow, ctx, first = first_batches(spark, lake)
     saved = spark.read.format("delta").load(first.watermark_path)
     # Rewrite the same row as earlier code did: no userMetadata on the commit.
     saved.localCheckpoint().write.format("delta").mode("overwrite").save(first.watermark_path)
 
     second = flow.batch_writer(ctx)
-    second(flow.apply(orders(spark, ("o4", 20, 50), ("o5", 41, 10), first_offset=3), ctx=ctx), 1)
-    assert late_ids(spark, lake) == ["o4"]
+    second(flow.apply(orders(spark, ("o6", 25, 50), ("o5", 41, 10), first_offset=4), ctx=ctx), 2)
+    assert late_ids(spark, lake) == ["o4", "o6"]
     assert cents_by_minute(spark, lake)[T0 + timedelta(minutes=41)] == 10
+
+
+def test_the_watermark_in_a_merge_s_commit_outlives_compaction(spark, tmp_path):
+    """OPTIMIZE commits on top of the MERGE that holds the watermark: it is still found, and carried forward."""
+    lake = str(tmp_path / "lake")
+    flow = BY_NAME["gold_revenue_per_minute"]
+    ctx = FlowContext(lake_root=lake, kafka_bootstrap="unused:1", gold_watermark="10 minutes")
+    first = flow.batch_writer(ctx)
+    first(flow.apply(orders(spark, ("o1", 0, 100), ("o2", 5, 200)), ctx=ctx), 0)
+    first(flow.apply(orders(spark, ("o3", 40, 400), first_offset=2), ctx=ctx), 1)
+    target = GOLD_REVENUE_PER_MINUTE.path(lake)
+    assert compact_table(spark, GOLD_REVENUE_PER_MINUTE, lake).status == "compacted"
+    optimize = last_commit(spark, target)
+    assert optimize.operation == "OPTIMIZE"
+    assert json.loads(optimize.user_metadata)["saved"]["max_event_micros"] == int((T0 + timedelta(minutes=40)).timestamp()) * 10**6
+
+    second = flow.batch_writer(ctx)
+    # 40 - 10 = 30 minutes: the order at 25 minutes is late, the one at 41 is not.
+    second(flow.apply(orders(spark, ("o4", 25, 50), ("o5", 41, 10), first_offset=3), ctx=ctx), 2)
+    assert late_ids(spark, lake) == ["o4"]
+    assert cents_by_minute(spark, lake) == {T0 + timedelta(minutes=m): c for m, c in ((0, 100), (5, 200), (40, 400), (41, 10))}
+    assert not has_delta_log(spark, second.watermark_path)
+
+
+def test_a_new_version_of_a_flow_does_not_take_the_watermark_of_the_rows_it_would_count_again(spark, tmp_path):
+    """The old version's MERGE holds a watermark; a new version finds the old rows and refuses them, as before."""
+    lake = str(tmp_path / "lake")
+    flow = BY_NAME["gold_revenue_per_minute"]
+    ctx = FlowContext(lake_root=lake, kafka_bootstrap="unused:1", gold_watermark="10 minutes")
+    flow.batch_writer(ctx)(flow.apply(orders(spark, ("o1", 0, 100)), ctx=ctx), 0)
+    newer = dataclasses.replace(flow, version=flow.version + 1)
+    assert newer.app_id != flow.app_id
+    with pytest.raises(StaleGoldTable, match="delete .* and run again"):
+        newer.batch_writer(ctx)(newer.apply(orders(spark, ("o2", 1, 5), first_offset=1), ctx=ctx), 0)
 
 
 BRONZE = ("key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, partition int, "
