@@ -35,8 +35,8 @@ from schemas.tables import TableSpec
 from schemas.topics import TopicSpec
 from streaming.delta_log import commits_after, table_version
 from streaming.gold_batches import carried_watermark
-from streaming.positions import UserMetadata
 from streaming.lake_files import has_delta_log
+from streaming.positions import UserMetadata
 
 log = logging.getLogger(__name__)
 

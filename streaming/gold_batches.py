@@ -19,8 +19,8 @@ function, `EventTimeWriter`, that streaming passes to foreachBatch and the batch
 
 Each write carries Delta's (txnAppId, txnVersion): a batch replayed after a crash writes nothing
 twice and, because the watermark is saved last with the one the batch started from, sees the
-watermark it saw the first time, even when it was replayed after saving it. The newest save wins,
-by commit time, of the target's commit and the watermark table's. So every
+watermark it saw the first time, even when it was replayed after saving it. Of the target's commit
+and the watermark table's, the newer save wins (`EventTimeWriter.saved_watermark`). So every
 silver event is either counted in each gold table it feeds or listed in `late_arrivals` for that table.
 Each commit also records where the batch's sources stood (the watermark's commit marked final), so a
 lost checkpoint can be rebuilt (streaming/positions.py); the flow's state folder is keyed by the flow
@@ -269,7 +269,7 @@ def carried_watermark(spark: SparkSession, path: str) -> str | None:
     Log cleanup deletes commit files older than the log's retention; a table compacted for weeks with no
     batch of its flow would otherwise lose the commit that records its watermark.
     """
-    found = saved_in_log(spark, path) if has_delta_log(spark, path) else None
+    found = saved_in_log(spark, path)
     return None if found is None else json.dumps({_SAVED: found[1]}, separators=(",", ":"))
 
 
@@ -308,7 +308,7 @@ class EventTimeWriter(RecordsPositions):
         saved yet, rows in the target are refused as an earlier version's, unless Delta holds them as
         this very batch's merge (its process stopped before the first watermark was saved).
         """
-        saved = self._saved_row(spark)
+        saved = self.saved_watermark(spark)
         if saved is not None:
             if txn is not None and saved.get("txn_app_id") == txn and saved.get("batch_id") == batch_id:
                 self._seen = saved["before_seen_micros"]
@@ -333,7 +333,7 @@ class EventTimeWriter(RecordsPositions):
 
     def settle(self, spark: SparkSession) -> None:
         """Fill in the watermark and state size for a run that had nothing new to read."""
-        if self._max is _UNSET and self._saved_row(spark) is not None:
+        if self._max is _UNSET and self.saved_watermark(spark) is not None:
             self._max = self._saved_max(spark)
         if self.stats.watermark_micros is None and isinstance(self._max, int):
             self.stats.watermark_micros = self._max - self.delay
@@ -358,7 +358,7 @@ class EventTimeWriter(RecordsPositions):
         row = spark.read.format("delta").load(self.watermark_path).first()
         return None if row is None else (at, row.asDict())
 
-    def _saved_row(self, spark: SparkSession) -> dict | None:
+    def saved_watermark(self, spark: SparkSession) -> dict | None:
         """The newest saved watermark row, of the target's commit and the watermark table's.
 
         Saved by one query, the later batch wins (a tie: the target's, the same row); else the later commit.
@@ -367,8 +367,6 @@ class EventTimeWriter(RecordsPositions):
         if len(found) == 2 and found[0][1].get("txn_app_id") == found[1][1].get("txn_app_id"):
             return max((f[1] for f in found), key=lambda saved: saved.get("batch_id") or 0)
         return max(found, key=lambda f: f[0])[1] if found else None
-
-    saved_watermark = _saved_row
 
     def adopt_watermark(self, spark: SparkSession, saved: dict) -> None:
         """Make `saved`, the watermark another lake's run of this flow left (a replay's shadow), this flow's own."""
