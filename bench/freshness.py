@@ -1,7 +1,7 @@
 """Bench: how fresh `lakehouse stream` keeps silver and gold at a fixed production rate (send -> visible delay).
 
     .venv/bin/python -m bench.freshness [--rates 1000,5000,20000] [--minutes 3] [--warm-up 30] [--quick]
-                                        [--tables TABLE ... | --floor [--hops N]] [--record] [--no-record] [--keep]
+                                        [--tables TABLE ... | --floor [--hops N | --work]] [--record] [--no-record] [--keep]
 
 Issue 9, item 5. For each rate (events per second), in a fresh temporary folder:
 
@@ -68,6 +68,11 @@ yardstick for target 3, recorded as the scope "floor". With --hops N the job is 
 the layers are (each further query a Delta stream of the table before it, appended unchanged to the next,
 on the same trigger), and the figure is send -> visible in the last table: two hops are what silver is
 (Kafka -> bronze -> silver), three what a gold table is. Recorded as the scope "floor, N hops".
+With --work the job does the orders path's writes instead, in one query: each micro-batch appended to a
+bronze table, parsed into a silver table and its revenue per minute MERGEd into a gold table
+(bench.bare_stream --work); the figure is send -> the gold commit of the batch that carried the order.
+It is the floor of target 3's gold figure for any design that keeps the three tables with one query and
+no hop between them. Recorded as the scope "floor, same work".
 
 Targets: p99 send -> silver <= 3 s at 5,000 events/s on 2 cores; p99 send -> gold <= 5 s (at 5,000 events/s).
 It writes bench/results/freshness.json (figures per table scope: a run with --tables keeps the other scope's
@@ -98,7 +103,7 @@ from typing import Any, Iterator, Sequence
 from urllib.parse import unquote
 
 from bench import harness
-from bench.bare_stream import hop_table
+from bench.bare_stream import WORK_TOPIC, hop_table, work_table
 from bench.harness import ROOT, say
 
 NAME = "freshness"
@@ -112,7 +117,11 @@ TREND_LIMIT_S = 5.0           # growth of the median delay from the first to the
 BUCKET_S = 30.0
 FLOOR_WHAT = "the barest continuous Spark job (bench.bare_stream: every shop topic, one query, Kafka straight into one Delta table, no parse)"
 # What a chain of that many hops is the floor for: silver is two hops from Kafka, a gold table three.
-FLOOR_FOR = {1: "silver", 2: "silver (bronze, then silver)", 3: "gold (bronze, silver, then gold)"}
+FLOOR_FOR = {1: "silver", 2: "silver (bronze, then silver)", 3: "gold (bronze, silver, then gold)",
+             "work": "gold (bronze, silver and gold written by one query, one hop)"}
+FLOOR_WORK_WHAT = ("one query doing the orders path's writes per micro-batch (bench.bare_stream --work): shop.orders.v1 "
+                   "appended to a bronze table, parsed into a silver table, revenue per minute MERGEd into a gold "
+                   "table; no txn ids, quarantine, watermark or checks; send -> the gold commit of the order's batch")
 GOLD_TABLE = "gold_revenue_per_minute"
 GOLD_SOURCE = "silver_orders"
 CAUGHT_UP_S = 5.0             # the warm-up ends once the Kafka lag is under this many seconds of production
@@ -606,7 +615,8 @@ def health_now(flows, settings) -> dict[str, Any]:
 # ---------------------------------------------------------------- one rate
 
 def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequence[str], seed: int,
-                 drain_s: float, start_limit_s: float, floor: bool = False, hops: int = 1) -> dict[str, Any]:
+                 drain_s: float, start_limit_s: float, floor: bool = False, hops: int = 1,
+                 work: bool = False) -> dict[str, Any]:
     """One rate: `lakehouse stream` (or with `floor` the barest job, bench.bare_stream) fed at `rate` events/s."""
     from streaming.continuous import flows_for
     from streaming.flows import EVENT_SOURCES, FLOWS
@@ -616,7 +626,8 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
     silver_tables = [t.name for t in EVENT_SOURCES if t.name in names]
     has_gold = GOLD_TABLE in names
     window_s = minutes * 60
-    say(f"=== {rate:,} events/s: " + (f"the barest job (bench.bare_stream, {hops} hop{'s' * (hops > 1)})"
+    shape = "--work" if work else f"{hops} hop{'s' * (hops > 1)}"
+    say(f"=== {rate:,} events/s: " + (f"the barest job (bench.bare_stream, {shape})"
                                         if floor else f"{len(flows)} flows")
         + f", {window_s:.0f} s measured after a {warm_up_s:.0f} s warm-up")
     result: dict[str, Any] = {"rate": rate, "flows": names, "load_start": harness.load_now()}
@@ -627,10 +638,11 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
         lake = Path(settings.lake_root)
         bare_table = hop_table(lake / "bare", hops)   # the chain's last table: what the figure is about
         if floor:
-            command = [sys.executable, "-m", "bench.bare_stream", str(lake / "bare"), "--hops", str(hops)]
+            command = [sys.executable, "-m", "bench.bare_stream", str(lake / "bare"),
+                       *(["--work"] if work else ["--hops", str(hops)])]
 
             def health() -> dict[str, Any]:
-                return floor_health(settings, bare_table)
+                return floor_health(settings, lake / "bare" if work else bare_table, orders_only=work)
         else:
             command = [str(LAKEHOUSE), "stream", *tables]
 
@@ -772,7 +784,9 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
         }
         result["window_utc"] = [datetime.fromtimestamp(start, timezone.utc).isoformat(timespec="seconds"),
                                 datetime.fromtimestamp(end, timezone.utc).isoformat(timespec="seconds")]
-        if floor:
+        if floor and work:
+            result["bare"] = floor_work_analyse(lake / "bare", start, end, result)
+        elif floor:
             result["bare"] = floor_analyse(bare_table, start, end, result)
         else:
             result.update(analyse(lake, silver_tables, has_gold, start, end, result))
@@ -887,14 +901,20 @@ def analyse(lake: Path, silver_tables: Sequence[str], has_gold: bool, start: flo
 STAMP = re.compile(rb'"sent_at":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{3})Z"')
 
 
-def floor_health(settings, table: Path) -> dict[str, Any]:
-    """The bare job's Kafka lag: records on the shop's topics minus the rows its table holds (appends only)."""
+def floor_health(settings, table: Path, orders_only: bool = False) -> dict[str, Any]:
+    """The bare job's Kafka lag: records on the shop's topics (the orders topic only) minus the rows its table holds."""
     from schemas import topics
     from streaming.health import end_offsets
 
-    on_topics = sum(high - low for partitions in end_offsets(settings.kafka_bootstrap, topics.ALL).values()
+    read = [t for t in topics.ALL if t.name == WORK_TOPIC] if orders_only else topics.ALL
+    on_topics = sum(high - low for partitions in end_offsets(settings.kafka_bootstrap, read).values()
                     for low, high in partitions.values())
-    lag = max(0, on_topics - sum(v.records_added for v in delta_log(table)))
+    done = delta_log(table)
+    if orders_only:
+        # A record is through once its batch's gold MERGE committed (--work): bronze rows of a batch cut short do not count.
+        merged = merged_batches(work_table(table, "gold"))
+        done = [v for v in done if v.user_metadata and v.user_metadata.get("batch") in merged]
+    lag = max(0, on_topics - sum(v.records_added for v in done))
     return {"flows": {"bare": f"{lag:,} records behind"}, "kafka_lag_records": lag, "versions_behind_max": 0,
             "caught_up": lag == 0}
 
@@ -952,14 +972,54 @@ def floor_analyse(table: Path, start: float, end: float, result: dict) -> dict[s
     }
 
 
+def merged_batches(gold: Path, versions: list[Version] | None = None) -> dict[int, int]:
+    """The batches the --work job's gold table merged: batch id -> the mtime (ns) of its MERGE commit."""
+    return {int(v.user_metadata["batch"]): v.committed_ns for v in (delta_log(gold) if versions is None else versions)
+            if v.operation == "MERGE" and v.user_metadata and "batch" in v.user_metadata}
+
+
+def floor_work_analyse(bronze: Path, start: float, end: float, result: dict) -> dict[str, Any]:
+    """Send -> the gold commit of the batch that carried it, for the orders sent in [start, end) (--work).
+
+    Each bronze row holds its batch's id, and each gold MERGE commit records the batch it merged; an order
+    sent in the window whose batch has no gold commit by the end counts as in floor_analyse."""
+    import numpy as np
+
+    observed_until = result["observed_until"]
+    rows = read_rows(bronze, delta_log(bronze), ["value", "timestamp", "batch"])
+    gold = delta_log(work_table(bronze, "gold"))
+    merged = merged_batches(work_table(bronze, "gold"), gold)
+    sent, stamped = sent_micros(rows["value"])
+    visible_ns = np.array([merged.get(int(b), -1) for b in rows["batch"]], dtype=np.int64)
+    in_window = stamped & (sent >= start * 1e6) & (sent < end * 1e6)
+    mask = in_window & (visible_ns >= 0)
+    unstamped_in_window = int((~stamped & (rows["timestamp"] >= start * 1e6) & (rows["timestamp"] < end * 1e6)).sum())
+    commit_s = (visible_ns[mask] / 1e3 - sent[mask]) / 1e6
+    expected = sum(result["producer"]["sent_in_window"].get(WORK_TOPIC, {}).values())
+    missing = max(0, expected - int(mask.sum()) - unstamped_in_window)
+    commits = sorted(ns / 1e9 for ns in merged.values() if start <= ns / 1e9 < end)
+    gaps = [b - a for a, b in zip(commits, commits[1:])]
+    return {
+        "table": work_table(bronze, "gold").name, "events": int(mask.sum()), "expected": expected, "missing": missing,
+        "without_stamp_in_window": unstamped_in_window, "versions": len(gold),
+        "commit": censored_pct(commit_s, missing, observed_until - end), "commit_visible_only": pct(commit_s),
+        "in_bronze": pct((rows["committed_ns"][in_window] / 1e3 - sent[in_window]) / 1e6),
+        "data_file_lower_bound": pct((rows["file_ns"][in_window] / 1e3 - sent[in_window]) / 1e6),
+        "trend": trend(sent[mask], commit_s, start, end),
+        "commits_in_window": len(commits), "gap_between_commits_s": pct(gaps) if gaps else None,
+    }
+
+
 def floor_verdicts(rates: dict[str, dict]) -> None:
     """Whether the bare job kept up at each rate, by the same rule as the stream's."""
     for r in rates.values():
         r["kept_up"] = kept_up(r, r["bare"])
 
 
-def floor_what(hops: int) -> str:
-    """What the floor measured, with its number of hops."""
+def floor_what(hops: int, work: bool = False) -> str:
+    """What the floor measured, with its number of hops (or the orders path's writes, --work)."""
+    if work:
+        return FLOOR_WORK_WHAT
     if hops == 1:
         return FLOOR_WHAT
     return (f"{FLOOR_WHAT}, then {hops - 1} more quer{'ies' if hops > 2 else 'y'}, each a Delta stream of the table "
@@ -967,7 +1027,7 @@ def floor_what(hops: int) -> str:
 
 
 def floor_summary(result: dict) -> str:
-    lines = [f"freshness floor: {floor_what(result.get('hops', 1))}, trigger {result['trigger']}, {result['minutes']} min per rate after a "
+    lines = [f"freshness floor: {floor_what(result.get('hops', 1), result.get('work', False))}, trigger {result['trigger']}, {result['minutes']} min per rate after a "
              f"{result['warm_up_s']:.0f} s warm-up (p50/p95/p99):"]
     for r in result["rates"].values():
         b, gaps = r["bare"], r["bare"]["gap_between_commits_s"] or {}
@@ -993,11 +1053,11 @@ def floor_docs_row(result: dict) -> str:
     loads = ", ".join(f"{r['rate']:,}/s {r['load_measure_start']}-{r['load_measure_end']}" for r in result["rates"].values())
     return harness.docs_row(
         result["date"][:16].replace("T", " "), f"`{result['command']}`",
-        f"the floor for send -> {FLOOR_FOR.get(result.get('hops', 1), 'the last table')}: "
-        f"{floor_what(result.get('hops', 1))}, trigger {result['trigger']}, the project's Spark settings, fresh "
+        f"the floor for send -> {FLOOR_FOR.get('work' if result.get('work') else result.get('hops', 1), 'the last table')}: "
+        f"{floor_what(result.get('hops', 1), result.get('work', False))}, trigger {result['trigger']}, the project's Spark settings, fresh "
         f"broker and table per rate; the same paced shop events as the stream's runs; {result['minutes']:g} min "
         f"measured per rate after a {result['warm_up_s']:.0f} s warm-up; p50/p95/p99 send -> visible (mtime of the "
-        f"commit file that added the record), every record of every topic",
+        f"commit file that added the record), " + ("every order" if result.get("work") else "every record of every topic"),
         "-", "; ".join(per_rate), "; ".join(kept) + " (not a target: the yardstick for target 3)",
         f"{result['machine']}; load in the windows {loads}",
     )
@@ -1143,6 +1203,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hops", type=int, default=1, metavar="N",
                         help="with --floor: a chain of N bare queries, each reading the table before it, as the "
                              "layers do (2: what silver is, 3: what a gold table is; default 1)")
+    parser.add_argument("--work", action="store_true",
+                        help="with --floor: one bare query doing the orders path's writes per micro-batch (bronze "
+                             "append, silver append, gold MERGE), send -> gold; the floor of the gold figure with "
+                             "no hop between the layers; recorded as the scope 'floor, same work'")
     parser.add_argument("--one-hop", action="store_true",
                         help="the stream with LAKEHOUSE_STREAM_ONE_HOP=true: each topic's bronze and silver flows as "
                              "one query (streaming/one_hop.py)")
@@ -1153,6 +1217,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--floor measures the barest job, which has no tables to choose: drop --tables")
     if args.hops < 1 or (args.hops > 1 and not args.floor):
         parser.error("--hops N (N at least 1) is the floor's chain of queries: give it with --floor")
+    if args.work and (not args.floor or args.hops > 1):
+        parser.error("--work is a floor of its own (one query doing the three layers' writes): give it with "
+                     "--floor and without --hops")
     rates = [int(r) for r in args.rates.split(",") if r.strip()]
     if args.quick:
         rates, args.minutes, args.warm_up = rates[:1] if args.rates != "1000,5000,20000" else [1000], 1.0, 20.0
@@ -1161,9 +1228,10 @@ def main(argv: list[str] | None = None) -> int:
     from infra.settings import Settings
 
     defaults = Settings.from_env({})
-    scope = ("the floor: " + floor_what(args.hops) if args.floor else
+    scope = ("the floor: " + floor_what(args.hops, args.work) if args.floor else
              ("tables " + " ".join(args.tables) + " and what they read") if args.tables else "all flows (the default)")
-    scope_key = (("floor" if args.hops == 1 else f"floor, {args.hops} hops") if args.floor
+    scope_key = (("floor, same work" if args.work else "floor" if args.hops == 1 else f"floor, {args.hops} hops")
+                 if args.floor
                  else " ".join(args.tables) or "all")
     if args.one_hop and not args.floor:
         os.environ["LAKEHOUSE_STREAM_ONE_HOP"] = "true"   # the stream's process inherits it
@@ -1174,7 +1242,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "bench": NAME, "date": harness.utc_now().isoformat(timespec="seconds"), "machine": harness.machine(),
         "command": harness.command_line("bench.freshness", argv), "scope": scope, "tables": args.tables,
-        "hops": args.hops, "one_hop": one_hop, "minutes": args.minutes, "warm_up_s": args.warm_up, "start_limit_s": args.start_limit,
+        "hops": args.hops, "work": args.work, "one_hop": one_hop, "minutes": args.minutes, "warm_up_s": args.warm_up, "start_limit_s": args.start_limit,
         # the stream's processes inherit this environment: its LAKEHOUSE_STREAM_TRIGGERS apply to them
         "trigger": defaults.stream_trigger + "".join(f", {name} every {every}" for name, every in
                                                      Settings.from_env().stream_triggers.items()),
@@ -1186,7 +1254,8 @@ def main(argv: list[str] | None = None) -> int:
     for rate in rates:
         result["rates"][str(rate)] = measure_rate(rate, minutes=args.minutes, warm_up_s=args.warm_up,
                                                   tables=args.tables, seed=args.seed, drain_s=args.drain,
-                                                  start_limit_s=args.start_limit, floor=args.floor, hops=args.hops)
+                                                  start_limit_s=args.start_limit, floor=args.floor, hops=args.hops,
+                                                  work=args.work)
         if args.floor:
             floor_verdicts(result["rates"])
             print(floor_summary(result), flush=True)
