@@ -1,6 +1,6 @@
 """The barest continuous Spark job, the floor of bench.freshness --floor: every shop topic, one query, into one Delta table.
 
-    .venv/bin/python -m bench.bare_stream TABLE_PATH [--hops N | --work]
+    .venv/bin/python -m bench.bare_stream TABLE_PATH [--hops N | --work [--exactly-once]]
 
 Reads the settings from LAKEHOUSE_* variables as `lakehouse stream` does (the same Spark session
 configuration, Kafka bootstrap and LAKEHOUSE_STREAM_TRIGGER), subscribes to every topic of
@@ -17,7 +17,9 @@ layers: the orders topic's records appended to TABLE_PATH (as bronze, with the b
 parsed with the orders schema appended to TABLE_PATH_silver, and their revenue per minute and currency
 MERGEd into TABLE_PATH_gold by adding the batch's partial sums (as gold_revenue_per_minute is kept), the
 bronze and gold commits recording the batch's id. No txn ids, quarantine, dedup, watermark or quality checks: the
-least work that keeps the three tables. Not a product path: a bench's yardstick.
+least work that keeps the three tables. With --exactly-once each of the three writes carries Delta's txn app id
+and version, as the flows' writes do (streaming.sinks), so a replayed batch writes nothing twice: what
+exactly-once adds to the floor. Not a product path: a bench's yardstick.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    hops, work = 1, False
+    hops, work, once = 1, False, False
     if len(args) == 3 and args[1] == "--hops" and args[2].isdigit() and int(args[2]) >= 1:
         hops, args = int(args[2]), args[:1]
-    elif len(args) == 2 and args[1] == "--work":
-        work, args = True, args[:1]
+    elif len(args) in (2, 3) and args[1] == "--work" and args[2:] in ([], ["--exactly-once"]):
+        work, once, args = True, len(args) == 3, args[:1]
     if len(args) != 1:
         print(__doc__, file=sys.stderr)
         return 2
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                .load()
                .select("key", "value", "topic", "partition", "offset", "timestamp"))
     if work:
-        queries = [start_work(spark, records, table, settings.stream_trigger)]
+        queries = [start_work(spark, records, table, settings.stream_trigger, exactly_once=once)]
         return run_until_stopped(queries, table)
     for hop in range(2, hops + 1):
         # A Delta stream needs its source table to exist: each table of the chain is created empty first.
@@ -102,13 +104,22 @@ def work_table(first: Path, layer: str) -> Path:
     return first if layer == "bronze" else first.with_name(f"{first.name}_{layer}")
 
 
-def start_work(spark, records, table: Path, trigger: str):
+def start_work(spark, records, table: Path, trigger: str, *, exactly_once: bool = False):
     """The --work query: each micro-batch appended to bronze and silver and merged into gold, in that order."""
+    from contextlib import nullcontext
+
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     from schemas.sources import ITEM_COUNT, ORDERS
+    from streaming.sinks import append_once, dml_once
     from streaming.transforms.gold import to_revenue_per_minute
+
+    def append(df, path: Path, layer: str, batch_id: int, said: str) -> None:
+        if exactly_once:
+            append_once(df, str(path), app_id=f"bare-{layer}", batch_id=batch_id, user_metadata=said)
+        else:
+            df.write.format("delta").mode("append").option("userMetadata", said).save(str(path))
 
     gold_path = str(work_table(table, "gold"))
     spark.createDataFrame([], WORK_GOLD_SCHEMA).write.format("delta").mode("append").save(gold_path)
@@ -119,16 +130,18 @@ def start_work(spark, records, table: Path, trigger: str):
         batch = batch.withColumn("batch", F.lit(batch_id)).persist()
         try:
             said = json.dumps({"batch": batch_id})
-            batch.write.format("delta").mode("append").option("userMetadata", said).save(str(table))
+            append(batch, table, "bronze", batch_id, said)
             parsed = batch.select(F.from_json(F.col("value").cast("string"), payload).alias("e")).select("e.*")
             orders = (parsed.withColumn("occurred_at", F.try_to_timestamp("occurred_at"))
                       .withColumn("item_count", F.expr(ITEM_COUNT)).where(F.col("occurred_at").isNotNull()))
-            orders.write.format("delta").mode("append").save(str(work_table(table, "silver")))
+            append(orders, work_table(table, "silver"), "silver", batch_id, said)
             partials = to_revenue_per_minute(orders)
             spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", said)
             try:
-                (DeltaTable.forPath(spark, gold_path).alias("t").merge(partials.alias("s"), on)
-                 .whenMatchedUpdate(set={c: f"t.{c} + s.{c}" for c in WORK_SUMS}).whenNotMatchedInsertAll().execute())
+                with dml_once(spark, "bare-gold", batch_id) if exactly_once else nullcontext():
+                    (DeltaTable.forPath(spark, gold_path).alias("t").merge(partials.alias("s"), on)
+                     .whenMatchedUpdate(set={c: f"t.{c} + s.{c}" for c in WORK_SUMS}).whenNotMatchedInsertAll()
+                     .execute())
             finally:
                 spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
         finally:

@@ -1,7 +1,7 @@
 """Bench: how fresh `lakehouse stream` keeps silver and gold at a fixed production rate (send -> visible delay).
 
     .venv/bin/python -m bench.freshness [--rates 1000,5000,20000] [--minutes 3] [--warm-up 30] [--quick]
-                                        [--tables TABLE ... | --floor [--hops N | --work]] [--record] [--no-record] [--keep]
+                                        [--tables TABLE ... | --floor [--hops N | --work [--exactly-once]]] [--record] [--no-record] [--keep]
 
 Issue 9, item 5. For each rate (events per second), in a fresh temporary folder:
 
@@ -72,7 +72,8 @@ With --work the job does the orders path's writes instead, in one query: each mi
 bronze table, parsed into a silver table and its revenue per minute MERGEd into a gold table
 (bench.bare_stream --work); the figure is send -> the gold commit of the batch that carried the order.
 It is the floor of target 3's gold figure for any design that keeps the three tables with one query and
-no hop between them. Recorded as the scope "floor, same work".
+no hop between them. Recorded as the scope "floor, same work"; with --exactly-once each write carries Delta's
+txn app id and version, as the flows' writes do ("floor, same work, exactly once").
 
 Targets: p99 send -> silver <= 3 s at 5,000 events/s on 2 cores; p99 send -> gold <= 5 s (at 5,000 events/s).
 It writes bench/results/freshness.json (figures per table scope: a run with --tables keeps the other scope's
@@ -616,7 +617,7 @@ def health_now(flows, settings) -> dict[str, Any]:
 
 def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequence[str], seed: int,
                  drain_s: float, start_limit_s: float, floor: bool = False, hops: int = 1,
-                 work: bool = False) -> dict[str, Any]:
+                 work: bool = False, exactly_once: bool = False) -> dict[str, Any]:
     """One rate: `lakehouse stream` (or with `floor` the barest job, bench.bare_stream) fed at `rate` events/s."""
     from streaming.continuous import flows_for
     from streaming.flows import EVENT_SOURCES, FLOWS
@@ -626,7 +627,7 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
     silver_tables = [t.name for t in EVENT_SOURCES if t.name in names]
     has_gold = GOLD_TABLE in names
     window_s = minutes * 60
-    shape = "--work" if work else f"{hops} hop{'s' * (hops > 1)}"
+    shape = ("--work --exactly-once" if exactly_once else "--work") if work else f"{hops} hop{'s' * (hops > 1)}"
     say(f"=== {rate:,} events/s: " + (f"the barest job (bench.bare_stream, {shape})"
                                         if floor else f"{len(flows)} flows")
         + f", {window_s:.0f} s measured after a {warm_up_s:.0f} s warm-up")
@@ -639,7 +640,7 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
         bare_table = hop_table(lake / "bare", hops)   # the chain's last table: what the figure is about
         if floor:
             command = [sys.executable, "-m", "bench.bare_stream", str(lake / "bare"),
-                       *(["--work"] if work else ["--hops", str(hops)])]
+                       *(shape.split() if work else ["--hops", str(hops)])]
 
             def health() -> dict[str, Any]:
                 return floor_health(settings, lake / "bare" if work else bare_table, orders_only=work)
@@ -1016,8 +1017,10 @@ def floor_verdicts(rates: dict[str, dict]) -> None:
         r["kept_up"] = kept_up(r, r["bare"])
 
 
-def floor_what(hops: int, work: bool = False) -> str:
+def floor_what(hops: int, work: bool = False, exactly_once: bool = False) -> str:
     """What the floor measured, with its number of hops (or the orders path's writes, --work)."""
+    if work and exactly_once:
+        return FLOOR_WORK_WHAT.replace("no txn ids,", "each write with Delta's txn app id and version (exactly once); no")
     if work:
         return FLOOR_WORK_WHAT
     if hops == 1:
@@ -1027,7 +1030,7 @@ def floor_what(hops: int, work: bool = False) -> str:
 
 
 def floor_summary(result: dict) -> str:
-    lines = [f"freshness floor: {floor_what(result.get('hops', 1), result.get('work', False))}, trigger {result['trigger']}, {result['minutes']} min per rate after a "
+    lines = [f"freshness floor: {floor_what(result.get('hops', 1), result.get('work', False), result.get('exactly_once', False))}, trigger {result['trigger']}, {result['minutes']} min per rate after a "
              f"{result['warm_up_s']:.0f} s warm-up (p50/p95/p99):"]
     for r in result["rates"].values():
         b, gaps = r["bare"], r["bare"]["gap_between_commits_s"] or {}
@@ -1054,7 +1057,7 @@ def floor_docs_row(result: dict) -> str:
     return harness.docs_row(
         result["date"][:16].replace("T", " "), f"`{result['command']}`",
         f"the floor for send -> {FLOOR_FOR.get('work' if result.get('work') else result.get('hops', 1), 'the last table')}: "
-        f"{floor_what(result.get('hops', 1), result.get('work', False))}, trigger {result['trigger']}, the project's Spark settings, fresh "
+        f"{floor_what(result.get('hops', 1), result.get('work', False), result.get('exactly_once', False))}, trigger {result['trigger']}, the project's Spark settings, fresh "
         f"broker and table per rate; the same paced shop events as the stream's runs; {result['minutes']:g} min "
         f"measured per rate after a {result['warm_up_s']:.0f} s warm-up; p50/p95/p99 send -> visible (mtime of the "
         f"commit file that added the record), " + ("every order" if result.get("work") else "every record of every topic"),
@@ -1207,6 +1210,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --floor: one bare query doing the orders path's writes per micro-batch (bronze "
                              "append, silver append, gold MERGE), send -> gold; the floor of the gold figure with "
                              "no hop between the layers; recorded as the scope 'floor, same work'")
+    parser.add_argument("--exactly-once", action="store_true",
+                        help="with --work: each of the floor's writes carries Delta's txn app id and version, as the "
+                             "flows' writes do; recorded as the scope 'floor, same work, exactly once'")
     parser.add_argument("--one-hop", action="store_true",
                         help="the stream with LAKEHOUSE_STREAM_ONE_HOP=true: each topic's bronze and silver flows as "
                              "one query (streaming/one_hop.py)")
@@ -1217,6 +1223,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--floor measures the barest job, which has no tables to choose: drop --tables")
     if args.hops < 1 or (args.hops > 1 and not args.floor):
         parser.error("--hops N (N at least 1) is the floor's chain of queries: give it with --floor")
+    if args.exactly_once and not args.work:
+        parser.error("--exactly-once is a variant of the floor's --work: give it with --floor --work")
     if args.work and (not args.floor or args.hops > 1):
         parser.error("--work is a floor of its own (one query doing the three layers' writes): give it with "
                      "--floor and without --hops")
@@ -1228,9 +1236,10 @@ def main(argv: list[str] | None = None) -> int:
     from infra.settings import Settings
 
     defaults = Settings.from_env({})
-    scope = ("the floor: " + floor_what(args.hops, args.work) if args.floor else
+    scope = ("the floor: " + floor_what(args.hops, args.work, args.exactly_once) if args.floor else
              ("tables " + " ".join(args.tables) + " and what they read") if args.tables else "all flows (the default)")
-    scope_key = (("floor, same work" if args.work else "floor" if args.hops == 1 else f"floor, {args.hops} hops")
+    scope_key = (("floor, same work" + (", exactly once" if args.exactly_once else "") if args.work
+                  else "floor" if args.hops == 1 else f"floor, {args.hops} hops")
                  if args.floor
                  else " ".join(args.tables) or "all")
     if args.one_hop and not args.floor:
@@ -1242,7 +1251,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "bench": NAME, "date": harness.utc_now().isoformat(timespec="seconds"), "machine": harness.machine(),
         "command": harness.command_line("bench.freshness", argv), "scope": scope, "tables": args.tables,
-        "hops": args.hops, "work": args.work, "one_hop": one_hop, "minutes": args.minutes, "warm_up_s": args.warm_up, "start_limit_s": args.start_limit,
+        "hops": args.hops, "work": args.work, "exactly_once": args.exactly_once, "one_hop": one_hop, "minutes": args.minutes, "warm_up_s": args.warm_up, "start_limit_s": args.start_limit,
         # the stream's processes inherit this environment: its LAKEHOUSE_STREAM_TRIGGERS apply to them
         "trigger": defaults.stream_trigger + "".join(f", {name} every {every}" for name, every in
                                                      Settings.from_env().stream_triggers.items()),
@@ -1255,7 +1264,7 @@ def main(argv: list[str] | None = None) -> int:
         result["rates"][str(rate)] = measure_rate(rate, minutes=args.minutes, warm_up_s=args.warm_up,
                                                   tables=args.tables, seed=args.seed, drain_s=args.drain,
                                                   start_limit_s=args.start_limit, floor=args.floor, hops=args.hops,
-                                                  work=args.work)
+                                                  work=args.work, exactly_once=args.exactly_once)
         if args.floor:
             floor_verdicts(result["rates"])
             print(floor_summary(result), flush=True)
