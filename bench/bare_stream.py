@@ -93,9 +93,7 @@ def run_until_stopped(queries: list, table: Path) -> int:
 
 
 WORK_TOPIC = "shop.orders.v1"
-# The gold table of --work: gold_revenue_per_minute's columns and keys.
-WORK_GOLD_SCHEMA = ("window_start TIMESTAMP, window_end TIMESTAMP, currency STRING, revenue_cents BIGINT, "
-                    "orders BIGINT, items BIGINT")
+# What the gold MERGE of --work adds up per window and currency (gold_revenue_per_minute's partial sums).
 WORK_SUMS = ("revenue_cents", "orders", "items")
 
 
@@ -112,7 +110,10 @@ def start_work(spark, records, table: Path, trigger: str, *, exactly_once: bool 
     from pyspark.sql import functions as F
 
     from schemas.sources import ITEM_COUNT, ORDERS
-    from streaming.sinks import append_once, dml_once
+    from schemas.tables import GOLD_REVENUE_PER_MINUTE
+    from streaming.gold_batches import on_keys
+    from streaming.positions import UserMetadata
+    from streaming.sinks import append_once, dml_once, ensure_table
     from streaming.transforms.gold import to_revenue_per_minute
 
     def append(df, path: Path, layer: str, batch_id: int, said: str) -> None:
@@ -122,9 +123,8 @@ def start_work(spark, records, table: Path, trigger: str, *, exactly_once: bool 
             df.write.format("delta").mode("append").option("userMetadata", said).save(str(path))
 
     gold_path = str(work_table(table, "gold"))
-    spark.createDataFrame([], WORK_GOLD_SCHEMA).write.format("delta").mode("append").save(gold_path)
     payload = ORDERS.schema.payload
-    on = " AND ".join(f"t.{k} <=> s.{k}" for k in ("window_start", "currency"))
+    on = on_keys(GOLD_REVENUE_PER_MINUTE.keys)
 
     def write(batch, batch_id: int) -> None:
         batch = batch.withColumn("batch", F.lit(batch_id)).persist()
@@ -136,14 +136,11 @@ def start_work(spark, records, table: Path, trigger: str, *, exactly_once: bool 
                       .withColumn("item_count", F.expr(ITEM_COUNT)).where(F.col("occurred_at").isNotNull()))
             append(orders, work_table(table, "silver"), "silver", batch_id, said)
             partials = to_revenue_per_minute(orders)
-            spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", said)
-            try:
-                with dml_once(spark, "bare-gold", batch_id) if exactly_once else nullcontext():
-                    (DeltaTable.forPath(spark, gold_path).alias("t").merge(partials.alias("s"), on)
-                     .whenMatchedUpdate(set={c: f"t.{c} + s.{c}" for c in WORK_SUMS}).whenNotMatchedInsertAll()
-                     .execute())
-            finally:
-                spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
+            ensure_table(partials, GOLD_REVENUE_PER_MINUTE, gold_path)
+            with UserMetadata(spark, said), dml_once(spark, "bare-gold", batch_id) if exactly_once else nullcontext():
+                (DeltaTable.forPath(spark, gold_path).alias("t").merge(partials.alias("s"), on)
+                 .whenMatchedUpdate(set={c: f"t.{c} + s.{c}" for c in WORK_SUMS}).whenNotMatchedInsertAll()
+                 .execute())
         finally:
             batch.unpersist()
 

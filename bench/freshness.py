@@ -122,7 +122,7 @@ FLOOR_FOR = {1: "silver", 2: "silver (bronze, then silver)", 3: "gold (bronze, s
              "work": "gold (bronze, silver and gold written by one query, one hop)"}
 FLOOR_WORK_WHAT = ("one query doing the orders path's writes per micro-batch (bench.bare_stream --work): shop.orders.v1 "
                    "appended to a bronze table, parsed into a silver table, revenue per minute MERGEd into a gold "
-                   "table; no txn ids, quarantine, watermark or checks; send -> the gold commit of the order's batch")
+                   "table; {txn}quarantine, watermark or checks; send -> the gold commit of the order's batch")
 GOLD_TABLE = "gold_revenue_per_minute"
 GOLD_SOURCE = "silver_orders"
 CAUGHT_UP_S = 5.0             # the warm-up ends once the Kafka lag is under this many seconds of production
@@ -1019,10 +1019,9 @@ def floor_verdicts(rates: dict[str, dict]) -> None:
 
 def floor_what(hops: int, work: bool = False, exactly_once: bool = False) -> str:
     """What the floor measured, with its number of hops (or the orders path's writes, --work)."""
-    if work and exactly_once:
-        return FLOOR_WORK_WHAT.replace("no txn ids,", "each write with Delta's txn app id and version (exactly once); no")
     if work:
-        return FLOOR_WORK_WHAT
+        return FLOOR_WORK_WHAT.format(txn="each write with Delta's txn app id and version (exactly once); no "
+                                      if exactly_once else "no txn ids, ")
     if hops == 1:
         return FLOOR_WHAT
     return (f"{FLOOR_WHAT}, then {hops - 1} more quer{'ies' if hops > 2 else 'y'}, each a Delta stream of the table "
