@@ -23,6 +23,12 @@ design where every gold table is a query of its own, as the pipeline's are: what
 With `gold_merge`, each gold table's computation is MERGEd into the table on its keys instead (the table
 created empty first when absent, as the pipeline's writers do): what keeping a gold table incrementally
 costs, which a stream must, since a batch cannot overwrite what earlier batches wrote.
+With `gold_shared`, the gold tables that stream the same input share one such query: each batch (kept in
+memory) is MERGEd into each of them one after another, so one more gold table adds one MERGE to a batch
+and no query of its own. With `gold_once` too, each MERGE carries Delta's txn id (the table's app id and
+the batch id, `streaming.sinks.dml_once`), which a crash-safe stream needs: a batch run again after a
+crash must not add its partial sums twice. Each gold write's seconds are returned per table. With
+`without`, that gold table is left out, for what one more gold table adds to the floor's gold stage.
 Not a product path: a bench's yardstick, like bench.bare_stream for target 3.
 """
 
@@ -31,6 +37,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import Callable
 
 from pyspark.sql import DataFrame, SparkSession
@@ -102,9 +109,11 @@ def _gold(ctx) -> dict[str, Callable[[Callable[[str], DataFrame]], DataFrame]]:
 
 
 def run_floor(spark: SparkSession, ctx, *, parallel: int = 3, gold_as_queries: bool = False,
-              gold_merge: bool = False) -> dict:
-    """Every table of the catch-up by the barest static jobs (gold by bare queries with `gold_as_queries`, by
-    MERGE with `gold_merge`); wall seconds per stage and rows written per table."""
+              gold_merge: bool = False, gold_shared: bool = False, gold_once: bool = False,
+              without: str | None = None) -> dict:
+    """Every table of the catch-up by the barest static jobs (gold by bare queries with `gold_as_queries`, one
+    per streamed input with `gold_shared`, by MERGE with `gold_merge`, with txn ids with `gold_once`); wall
+    seconds per stage, rows written per table and each gold table's write seconds."""
     from batch.recompute import read_kafka_range
     from schemas import sources, tables
     from streaming.flows import FLOWS
@@ -114,15 +123,19 @@ def run_floor(spark: SparkSession, ctx, *, parallel: int = 3, gold_as_queries: b
 
     lake = ctx.lake_root
     specs = {t.name: t for t in tables.all_tables(sources.SOURCES)}
+    if gold_once and not (gold_merge and (gold_as_queries or gold_shared)):
+        raise ValueError("txn ids (gold_once) are for MERGEs in queries: give gold_merge and a query option too")
     gold = _gold(ctx)
     missing = sorted({f.target.name for f in FLOWS if f.target.layer == "gold"} - set(gold))
     if missing:
         raise RuntimeError(f"the floor has no computation for {', '.join(missing)}: add it to bench/bare_pipeline.py")
+    gold.pop(without or "", None)
     rows: dict[str, int] = {}
+    writes_s: dict[str, float] = {}
     quarantine = threading.Lock()   # the silver jobs share it; the first append creates it, two would collide
 
-    def read(name: str) -> DataFrame:
-        return spark.read.format("delta").load(specs[name].path(lake))
+    def read(name: str, session: SparkSession | None = None) -> DataFrame:
+        return (session or spark).read.format("delta").load(specs[name].path(lake))
 
     def write(df: DataFrame, name: str, *, mode: str = "overwrite") -> None:
         n = _write(df, specs[name].path(lake), specs[name].partition_by, mode=mode)
@@ -149,41 +162,66 @@ def run_floor(spark: SparkSession, ctx, *, parallel: int = 3, gold_as_queries: b
         write(scd2_versions(changes.where(F.lit(False)), changes, key=dim.key, attributes=dim.attributes),
               source.dimension_table.name)
 
-    def merge(df: DataFrame, name: str) -> None:
+    def merge(df: DataFrame, name: str, batch_id: int | None) -> None:
         from delta.tables import DeltaTable
         from streaming.gold_batches import on_keys
-        from streaming.sinks import ensure_table, merge_metrics
+        from streaming.sinks import dml_once, ensure_table, merge_metrics
 
-        spec, path = specs[name], specs[name].path(lake)
+        # The batch's own session: a query's txn settings must not reach another query's MERGE.
+        session, spec, path = df.sparkSession, specs[name], specs[name].path(lake)
         ensure_table(df, spec, path)
-        metrics = merge_metrics(DeltaTable.forPath(spark, path).alias("t").merge(df.alias("s"), on_keys(spec.keys))
-                                .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()) or {}
+        builder = (DeltaTable.forPath(session, path).alias("t").merge(df.alias("s"), on_keys(spec.keys))
+                   .whenMatchedUpdateAll().whenNotMatchedInsertAll())
+        with dml_once(session, f"floor-{name}", batch_id) if batch_id is not None else nullcontext():
+            metrics = merge_metrics(builder.execute()) or {}
         rows[name] = rows.get(name, 0) + int(metrics.get("num_inserted_rows", 0))
 
-    def gold_write(df: DataFrame, name: str) -> None:
+    def gold_write(df: DataFrame, name: str, batch_id: int | None = None) -> None:
+        started = time.perf_counter()
         if gold_merge:
-            merge(df, name)
+            merge(df, name, batch_id if gold_once else None)
         else:
             write(df, name)
+        writes_s[name] = writes_s.get(name, 0.0) + time.perf_counter() - started
 
     def gold_table(name: str) -> None:
         gold_write(gold[name](read), name)
 
-    def gold_query(name: str) -> None:
-        streamed = next(f for f in FLOWS if f.target.name == name).sources[0].name
+    def streamed_by(name: str) -> str:
+        return next(f for f in FLOWS if f.target.name == name).sources[0].name
 
-        def batch(df: DataFrame, _batch_id: int) -> None:
-            gold_write(gold[name](lambda table: df if table == streamed else read(table)), name)
+    def gold_query(names: list[str]) -> None:
+        streamed = streamed_by(names[0])
+
+        def batch(df: DataFrame, batch_id: int) -> None:
+            shared = len(names) > 1
+            if shared:
+                df.persist()   # read once from the source's files, not once per gold table
+            try:
+                for name in names:
+                    gold_write(gold[name](lambda table: df if table == streamed else read(table, df.sparkSession)),
+                               name, batch_id)
+            finally:
+                if shared:
+                    df.unpersist()
 
         (spark.readStream.format("delta").load(specs[streamed].path(lake)).writeStream
-         .option("checkpointLocation", f"{lake}/_floor_checkpoints/{name}")
+         .option("checkpointLocation", f"{lake}/_floor_checkpoints/{names[0] if len(names) == 1 else streamed}")
          .trigger(availableNow=True).foreachBatch(batch).start().awaitTermination())
+
+    if gold_shared:
+        by_input: dict[str, list[str]] = {}
+        for name in gold:
+            by_input.setdefault(streamed_by(name), []).append(name)
+        gold_jobs = [lambda names=names: gold_query(names) for names in by_input.values()]
+    else:
+        gold_jobs = [lambda n=n: gold_query([n]) if gold_as_queries else gold_table(n) for n in gold]
 
     stages = {
         "bronze": [lambda s=s: bronze(s) for s in sources.SOURCES],
         "silver": [lambda s=s: silver(s) for s in sources.SOURCES],
         "dimensions": [lambda s=s: dimension(s) for s in sources.SOURCES if s.dimension is not None],
-        "gold": [lambda n=n: (gold_query if gold_as_queries else gold_table)(n) for n in gold],
+        "gold": gold_jobs,
     }
     seconds: dict[str, float] = {}
     started = time.perf_counter()
@@ -193,4 +231,5 @@ def run_floor(spark: SparkSession, ctx, *, parallel: int = 3, gold_as_queries: b
             for future in [pool.submit(job) for job in stages[stage]]:
                 future.result()
             seconds[stage] = round(time.perf_counter() - t0, 3)
-    return {"total_s": time.perf_counter() - started, "stages_s": seconds, "rows": rows}
+    return {"total_s": time.perf_counter() - started, "stages_s": seconds, "rows": rows,
+            "gold_writes_s": {name: round(s, 3) for name, s in writes_s.items()}}

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.pipeline [--events 400000] [--small 100000] [--rounds 2] [--no-quality]
                                        [--quick] [--record] [--no-record] [--floor] [--floor-queries]
-                                       [--floor-merges]
+                                       [--floor-merges] [--floor-shared]
                                        [--marginal FLOW]
                                        [--against LAKEHOUSE_NAME=VALUE]
 
@@ -38,8 +38,13 @@ writes bench/results/pipeline.json and appends a row to docs/benchmarks.md. --qu
 reports each floor's gold stage per gold table: what one more gold table costs when it is a query of its
 own, against what its work alone costs. --floor-merges also runs two more floors whose gold tables are
 each MERGEd into on their keys instead of overwritten (gold_merge), by static jobs and by the barest
-queries: what keeping a gold table incrementally costs, as a stream must. --marginal FLOW also runs the
-catch-up without that gold flow, alternating, for what one more gold table adds to a catch-up. --floor
+queries: what keeping a gold table incrementally costs, as a stream must. --floor-shared also runs two
+floors where the gold tables streaming the same input share one query, each batch MERGEd into them one
+after another (gold_shared), without and with Delta's txn id on each MERGE (gold_once, as a crash-safe
+stream needs): there one more gold table adds one MERGE to a batch, and the figure is each gold table's
+MERGE seconds (the median over the gold tables). --marginal FLOW also runs the
+catch-up without that gold flow, alternating, for what one more gold table adds to a catch-up, and each
+further floor without it, for what it adds to that floor's gold stage. --floor
 also runs the floor, alternating with each catch-up: the same tables from the same log by the barest
 static Spark jobs (bench/bare_pipeline.py), and reports its line and the pipeline's time over it.
 --against LAKEHOUSE_NAME=VALUE also runs the catch-up with that one setting changed (a lake or Kafka
@@ -104,9 +109,9 @@ def make_side(spark, settings, expected: Callable[[], int], *, quality: bool = T
 
 
 def make_floor(spark, settings, expected: Callable[[], int], *, parallel: int = 1,
-               gold_as_queries: bool = False, gold_merge: bool = False) -> Callable[[str], dict]:
+               gold: FloorGold | None = None, without: str | None = None) -> Callable[[str], dict]:
     """The floor: the same catch-up's work by the barest static Spark jobs (bench.bare_pipeline), into a fresh lake
-    (with `gold_as_queries`, each gold table by the barest streaming query; with `gold_merge`, by MERGE)."""
+    (its gold tables written as `gold` says, when given; all but the gold table `without`, when given)."""
     from bench.bare_pipeline import run_floor
 
     runs_root = Path(settings.home) / "runs"
@@ -115,14 +120,14 @@ def make_floor(spark, settings, expected: Callable[[], int], *, parallel: int = 
         folder = runs_root / label
         ctx = harness.project_context(settings, str(folder / "lake"))
         try:
-            result = run_floor(spark, ctx, parallel=parallel, gold_as_queries=gold_as_queries,
-                               gold_merge=gold_merge)
+            result = run_floor(spark, ctx, parallel=parallel, without=without, **(gold.options() if gold else {}))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         bronze_rows = sum(n for table, n in result["rows"].items() if table.startswith("bronze_"))
         if bronze_rows != expected():
             raise RuntimeError(f"the floor's bronze has {bronze_rows} rows, not the {expected()} events in the log")
-        return {"seconds": result["total_s"], "stages_s": result["stages_s"], "rows": result["rows"]}
+        return {"seconds": result["total_s"], "stages_s": result["stages_s"], "rows": result["rows"],
+                "gold_writes_s": result["gold_writes_s"]}
 
     return floor
 
@@ -136,9 +141,11 @@ def leaf_gold_flows() -> list[str]:
 
 
 def marginal_at_size(without: list[dict], pipeline: list[dict], events: int, flow: str) -> dict:
-    """What the catch-up takes without `flow`, and what that flow adds to it, round by round (median)."""
-    adds = [p["seconds"] - w["seconds"] for p, w in zip(pipeline, without)]
-    return {"events": events, "flow": flow, "without_s": round(statistics.median(w["seconds"] for w in without), 3),
+    """What the catch-up takes without `flow`, and what that flow adds to it, round by round (median); for a floor,
+    `pipeline` is its runs with every table and the figure its gold stage's seconds."""
+    seconds = (lambda run: run["stages_s"]["gold"]) if "stages_s" in pipeline[0] else (lambda run: run["seconds"])
+    adds = [seconds(p) - seconds(w) for p, w in zip(pipeline, without)]
+    return {"events": events, "flow": flow, "without_s": round(statistics.median(seconds(w) for w in without), 3),
             "adds_s": round(statistics.median(adds), 3), "adds_per_round_s": [round(a, 3) for a in adds]}
 
 
@@ -175,7 +182,9 @@ def floor_at_size(runs: list[dict], pipeline: list[dict], events: int) -> dict:
         "rows_written": runs[0]["rows"],
         "pipeline_over_floor": round(harness.median_ratio([p["seconds"] for p in pipeline],
                                                           [r["seconds"] for r in runs]), 3),
-        "runs": harness.rounded([{k: v for k, v in r.items() if k != "rows"} for r in runs]),
+        "gold_writes_s": {t: round(statistics.median(r["gold_writes_s"][t] for r in runs), 3)
+                          for t in runs[0]["gold_writes_s"]},
+        "runs": harness.rounded([{k: v for k, v in r.items() if k not in ("rows", "gold_writes_s")} for r in runs]),
     }
 
 
@@ -232,13 +241,12 @@ def fits(sizes: list[dict]) -> dict:
 
 def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: int = harness.SEED,
               quality: bool = True, driver_pid: int | None = None, parallel: int = 1,
-              floor: bool = False, floor_queries: bool = False, floor_merges: bool = False,
-              marginal: str | None = None,
+              floor: bool = False, floor_sides: tuple[str, ...] = (), marginal: str | None = None,
               against: str | None = None) -> tuple[list[dict], dict, dict]:
     """Preload and catch up at each size in turn (the log grows between sizes); a warm-up before the first.
 
     With `floor`, the floor (bench.bare_pipeline) runs beside each catch-up, alternating, first side rotating;
-    with `marginal`, so does a catch-up without that flow; with `against`, one with that setting changed.
+    so do the further floors named in `floor_sides` (FLOOR_GOLD's keys); with `marginal`, so does a catch-up without that flow; with `against`, one with that setting changed.
     Their figures per size come second, by side.
     """
     events = harness.shop_events(max(sizes), seed=seed)
@@ -246,11 +254,11 @@ def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: i
     sides = {"pipeline": make_side(spark, settings, lambda: in_log["n"], quality=quality, parallel=parallel)}
     if floor:
         sides["floor"] = make_floor(spark, settings, lambda: in_log["n"], parallel=parallel)
-    queried = [side for side, gold in FLOOR_GOLD.items() if (floor_merges if gold.merge else floor_queries)]
-    for side in queried:
-        gold = FLOOR_GOLD[side]
-        sides[side] = make_floor(spark, settings, lambda: in_log["n"], parallel=parallel,
-                                 gold_as_queries=gold.as_queries, gold_merge=gold.merge)
+    for side in floor_sides:
+        sides[side] = make_floor(spark, settings, lambda: in_log["n"], parallel=parallel, gold=FLOOR_GOLD[side])
+        if marginal:
+            sides[f"{side}_without"] = make_floor(spark, settings, lambda: in_log["n"], parallel=parallel,
+                                                  gold=FLOOR_GOLD[side], without=marginal)
     if marginal:
         sides["without"] = make_side(spark, settings, lambda: in_log["n"], quality=quality, parallel=parallel,
                                      without=marginal)
@@ -268,8 +276,11 @@ def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: i
         out.append(at_size(runs["pipeline"], size))
         if floor:
             beside.setdefault("floor", []).append(floor_at_size(runs["floor"], runs["pipeline"], size))
-        for side in queried:
+        for side in floor_sides:
             beside.setdefault(side, []).append(floor_at_size(runs[side], runs["pipeline"], size))
+            if marginal:
+                beside.setdefault(f"{side}_marginal", []).append(
+                    marginal_at_size(runs[f"{side}_without"], runs[side], size, marginal))
         if marginal:
             beside.setdefault("marginal", []).append(marginal_at_size(runs["without"], runs["pipeline"], size, marginal))
         if against:
@@ -296,9 +307,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor-merges", action="store_true",
                         help="also run two floors whose gold tables are MERGEd into (by static jobs, by the barest "
                              "queries), alternating, for what keeping a gold table incrementally costs (needs --floor)")
+    parser.add_argument("--floor-shared", action="store_true",
+                        help="also run two floors where the gold tables streaming the same input share one query "
+                             "that MERGEs each batch into them one after another, without and with txn ids, "
+                             "alternating, for what one more gold table costs such a design (needs --floor)")
     parser.add_argument("--marginal", metavar="FLOW", choices=leaf_gold_flows(),
                         help="also run the catch-up without FLOW (a gold flow no other flow reads), alternating, "
-                             "for what one more gold table adds to a catch-up")
+                             "for what one more gold table adds to a catch-up (and each further floor without "
+                             "it, for what it adds to that floor's gold stage)")
     parser.add_argument("--against", metavar="LAKEHOUSE_NAME=VALUE",
                         help="also run the catch-up with this one setting changed, alternating (e.g. a default's "
                              "old value), and report its time over the project default's")
@@ -308,8 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.small, args.events, args.rounds = 2_000, 5_000, 1
-    for flag, given in (("--floor-queries", args.floor_queries), ("--floor-merges", args.floor_merges)):
-        if given and not args.floor:
+    for flag in sorted({gold.option for gold in FLOOR_GOLD.values()}):
+        if getattr(args, flag[2:].replace("-", "_")) and not args.floor:
             parser.error(f"{flag} compares with the floor's static jobs: give --floor too")
     if not 0 < args.small < args.events:
         parser.error(f"--small ({args.small}) must be above 0 and below --events ({args.events})")
@@ -334,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes, beside, memory_method = run_sizes(spark, settings, broker, [args.small, args.events], args.rounds,
                                                  seed=args.seed, quality=quality, driver_pid=driver_pid,
                                                  parallel=parallel, floor=args.floor,
-                                                 floor_queries=args.floor_queries, floor_merges=args.floor_merges,
+                                                 floor_sides=tuple(side for side, gold in FLOOR_GOLD.items()
+                                                                   if getattr(args, gold.option[2:].replace("-", "_"))),
                                                  marginal=args.marginal,
                                                  against=args.against)
         spark_conf = {"master": settings.spark_master, "shuffle_partitions": settings.spark_shuffle_partitions,
@@ -384,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         if beside.get(side):
             result[side] = {"what": gold.what, "sizes": beside[side],
                             "gold_per_table": per_gold_table(beside["floor"], beside[side])}
+            if beside.get(f"{side}_marginal"):
+                result[side]["marginal"] = beside[f"{side}_marginal"]
     harness.publish(NAME, result, summary(result), docs_row, record)
     return 0
 
@@ -456,42 +475,68 @@ def per_gold_table(static: list[dict], queries: list[dict]) -> list[dict]:
     out = []
     for a, b in zip(static, queries):
         n = sum(1 for table in a["rows_written"] if table.startswith("gold_"))
+        writes = b["gold_writes_s"]
         out.append({"events": a["events"], "gold_tables": n,
-                    "static_s": round(a["stages_s"]["gold"] / n, 3), "queries_s": round(b["stages_s"]["gold"] / n, 3)})
+                    "static_s": round(a["stages_s"]["gold"] / n, 3), "queries_s": round(b["stages_s"]["gold"] / n, 3),
+                    "write_median_s": round(statistics.median(writes.values()), 3),
+                    "write_max": max(writes.items(), key=lambda kv: kv[1])})
     return out
 
 
 class FloorGold(NamedTuple):
     """How a further floor writes its gold tables (bench.bare_pipeline's options), and what it is called."""
 
+    option: str     # the command-line option that runs it
     as_queries: bool
     merge: bool
     says: str       # in the summary: "a static job -> <says>"
     what: str       # in the JSON
+    shared: bool = False
+    once: bool = False
+
+    def options(self) -> dict[str, bool]:
+        """bench.bare_pipeline.run_floor's keyword arguments for this floor."""
+        return {"gold_as_queries": self.as_queries, "gold_merge": self.merge, "gold_shared": self.shared,
+                "gold_once": self.once}
 
 
 FLOOR_GOLD = {
     "floor_queries": FloorGold(
-        True, False, "the barest streaming query",
+        "--floor-queries", True, False, "the barest streaming query",
         "bench.bare_pipeline with gold_as_queries: the floor, but each gold table by the barest streaming query "
         "(its first input as a Delta stream, availableNow, a checkpoint, foreachBatch: the same computation and "
         "one Delta overwrite)"),
     "floor_static_merges": FloorGold(
-        False, True, "a static job MERGEing",
+        "--floor-merges", False, True, "a static job MERGEing",
         "bench.bare_pipeline with gold_merge: the floor, but each gold table's computation MERGEd into the table on "
         "its keys (created empty first) instead of overwriting it"),
     "floor_merges": FloorGold(
-        True, True, "the barest query MERGEing",
+        "--floor-merges", True, True, "the barest query MERGEing",
         "bench.bare_pipeline with gold_as_queries and gold_merge: each gold table the barest query MERGEing its "
         "batch's computation into the table on its keys, as an incremental table must"),
+    "floor_shared_merges": FloorGold(
+        "--floor-shared", False, True, "one query per streamed input MERGEing",
+        "bench.bare_pipeline with gold_shared and gold_merge: the gold tables that stream the same input share one "
+        "barest query, each batch (persisted) MERGEd into them one after another", shared=True),
+    "floor_shared_merges_once": FloorGold(
+        "--floor-shared", False, True, "one query per streamed input MERGEing with txn ids",
+        "bench.bare_pipeline with gold_shared, gold_merge and gold_once: as floor_shared_merges, each MERGE with "
+        "Delta's txn id (app id, batch id), as a crash-safe stream needs", shared=True, once=True),
 }
 
 
 def floor_queries_text(fq: dict, side: str = "floor_queries") -> str:
-    """What a gold table costs the floor's gold stage, as a static job and as the barest query (overwriting or merging)."""
+    """What a gold table costs the floor's gold stage, as a static job and as the barest query (overwriting or merging);
+    for a shared query, also each gold table's own write in its batch (what one more gold table adds there)."""
+    def writes(g: dict) -> str:
+        name, slowest = g["write_max"]
+        return (f"; each table's MERGE in the batch {g['write_median_s']:.2f} s (median; slowest {name} "
+                f"{slowest:.2f} s)" if FLOOR_GOLD[side].shared and "write_median_s" in g else "")
+
     return f"floor's gold stage per gold table, a static job -> {FLOOR_GOLD[side].says}: " + "; ".join(
-        f"{g['events']:,}: {g['static_s']:.2f} -> {g['queries_s']:.2f} s ({g['gold_tables']} tables)"
-        for g in fq["gold_per_table"])
+        f"{g['events']:,}: {g['static_s']:.2f} -> {g['queries_s']:.2f} s ({g['gold_tables']} tables){writes(g)}"
+        for g in fq["gold_per_table"]) + (f"; in its gold stage, {marginal_text(fq['marginal'])}" if "marginal" in fq
+                                          else "")
 
 
 def floor_text(floor: dict) -> str:

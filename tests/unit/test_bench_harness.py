@@ -190,6 +190,20 @@ def test_pipeline_gives_no_figure_at_1_6m_from_a_line_that_does_not_rise():
         (10_813, "measured")
 
 
+def test_pipeline_marginal_of_a_floor_is_its_gold_stage_round_by_round():
+    """One more gold table in a floor is its gold stage with it minus without it, paired by round (median); the
+    catch-up's is the whole run's seconds. The floor's other stages, which the table does not touch, do not count."""
+    from bench.pipeline import marginal_at_size
+
+    floor = lambda whole, gold: {"seconds": whole, "stages_s": {"bronze": whole - gold, "gold": gold}}  # noqa: E731
+    with_it = [floor(20.0, 9.0), floor(14.0, 8.5), floor(30.0, 10.0)]
+    without = [floor(12.0, 7.5), floor(25.0, 8.0), floor(13.0, 8.2)]
+    m = marginal_at_size(without, with_it, 2_000, "gold_revenue_hopping")
+    assert m["adds_per_round_s"] == [1.5, 0.5, 1.8] and m["adds_s"] == 1.5 and m["without_s"] == 8.0
+    runs = marginal_at_size([{"seconds": 30.0}, {"seconds": 40.0}], [{"seconds": 34.0}, {"seconds": 41.0}], 2_000, "f")
+    assert runs["adds_per_round_s"] == [4.0, 1.0] and runs["adds_s"] == 2.5
+
+
 def test_pipeline_against_changes_one_setting_as_the_environment_would_and_refuses_others(tmp_path):
     """--against LAKEHOUSE_NAME=VALUE parses VALUE as that setting; an unknown name or bad value stops the bench."""
     from bench.pipeline import against_setting
