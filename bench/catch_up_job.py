@@ -59,7 +59,7 @@ def measure(events: int, rounds: int) -> dict:
             try:
                 result = catch_up(spark, ctx, settings.catch_up_parallel)
             finally:
-                shutil.rmtree(lakes / label, ignore_errors=True)
+                harness.drop_lake(spark, lakes / label)
             same_rows(label, result["rows"])
             return {"seconds": result["total_s"]}
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import shutil
 import statistics
 import time
 import uuid
@@ -186,7 +185,7 @@ def make_sides(spark, settings, broker, expected: Callable[[], int], *,
         run = run_flow(spark, flow, ctx)
         seconds = time.perf_counter() - began
         in_batches = sum(clock.since(mark).values())
-        shutil.rmtree(folder, ignore_errors=True)
+        harness.drop_lake(spark, folder)
         if run.input_rows != expected() or run.rows_written != expected():
             raise RuntimeError(f"bronze read {run.input_rows} and wrote {run.rows_written} rows, not {expected()}")
         return {"seconds": seconds, "in_batches_s": in_batches, "batches": run.batches,
@@ -202,7 +201,7 @@ def make_sides(spark, settings, broker, expected: Callable[[], int], *,
         in_batches = sum(clock.since(mark).values())
         rows = sum(int(p.numInputRows) for p in query.recentProgress)
         batches = sum(1 for p in query.recentProgress if p.numInputRows > 0)
-        shutil.rmtree(folder, ignore_errors=True)
+        harness.drop_lake(spark, folder)
         if rows != expected():
             raise RuntimeError(f"{label} read {rows} rows, not {expected()}")
         return {"seconds": seconds, "in_batches_s": in_batches, "batches": batches}

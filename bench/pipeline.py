@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import shutil
 import statistics
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -96,7 +95,7 @@ def make_side(spark, settings, expected: Callable[[], int], *, quality: bool = T
             result = catch_up(spark, ctx, parallel, [f for f in FLOWS if f.name != without])
             in_batches = clock.since(mark)
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            harness.drop_lake(spark, folder)
         bronze_rows = sum(n for flow, n in result["rows"].items() if flow.startswith("bronze_"))
         if bronze_rows != expected():
             raise RuntimeError(f"bronze wrote {bronze_rows} rows, not the {expected()} events in the log")
@@ -122,7 +121,7 @@ def make_floor(spark, settings, expected: Callable[[], int], *, parallel: int = 
         try:
             result = run_floor(spark, ctx, parallel=parallel, without=without, **(gold.options() if gold else {}))
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            harness.drop_lake(spark, folder)
         bronze_rows = sum(n for table, n in result["rows"].items() if table.startswith("bronze_"))
         if bronze_rows != expected():
             raise RuntimeError(f"the floor's bronze has {bronze_rows} rows, not the {expected()} events in the log")

@@ -117,7 +117,7 @@ def one_run(spark, settings, home: Path, label: str, *, validate: bool) -> dict:
             result["quality_results_rows"] = checked.count()
             result["validated_tables"] = checked.select("table").distinct().count()
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        harness.drop_lake(spark, folder)
     print(f"  {label}: {result['total_s']:.1f} s (bronze {result['layers_s']['bronze']:.1f}, silver "
           f"{result['layers_s']['silver']:.1f}, gold {result['layers_s']['gold']:.1f})", flush=True)
     return result
