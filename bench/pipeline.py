@@ -245,7 +245,8 @@ def run_sizes(spark, settings, broker, sizes: list[int], rounds: int, *, seed: i
     """Preload and catch up at each size in turn (the log grows between sizes); a warm-up before the first.
 
     With `floor`, the floor (bench.bare_pipeline) runs beside each catch-up, alternating, first side rotating;
-    so do the further floors named in `floor_sides` (FLOOR_GOLD's keys); with `marginal`, so does a catch-up without that flow; with `against`, one with that setting changed.
+    so do the further floors named in `floor_sides` (FLOOR_GOLD's keys); with `marginal`, so does a catch-up
+    without that flow (and each further floor without it); with `against`, one with that setting changed.
     Their figures per size come second, by side.
     """
     events = harness.shop_events(max(sizes), seed=seed)
@@ -323,8 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.small, args.events, args.rounds = 2_000, 5_000, 1
-    for flag in sorted({gold.option for gold in FLOOR_GOLD.values()}):
-        if getattr(args, flag[2:].replace("-", "_")) and not args.floor:
+    floor_sides = tuple(side for side, gold in FLOOR_GOLD.items() if getattr(args, gold.option[2:].replace("-", "_")))
+    for flag in sorted({FLOOR_GOLD[side].option for side in floor_sides}):
+        if not args.floor:
             parser.error(f"{flag} compares with the floor's static jobs: give --floor too")
     if not 0 < args.small < args.events:
         parser.error(f"--small ({args.small}) must be above 0 and below --events ({args.events})")
@@ -349,8 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes, beside, memory_method = run_sizes(spark, settings, broker, [args.small, args.events], args.rounds,
                                                  seed=args.seed, quality=quality, driver_pid=driver_pid,
                                                  parallel=parallel, floor=args.floor,
-                                                 floor_sides=tuple(side for side, gold in FLOOR_GOLD.items()
-                                                                   if getattr(args, gold.option[2:].replace("-", "_"))),
+                                                 floor_sides=floor_sides,
                                                  marginal=args.marginal,
                                                  against=args.against)
         spark_conf = {"master": settings.spark_master, "shuffle_partitions": settings.spark_shuffle_partitions,
@@ -530,7 +531,7 @@ def floor_queries_text(fq: dict, side: str = "floor_queries") -> str:
     def writes(g: dict) -> str:
         name, slowest = g["write_max"]
         return (f"; each table's MERGE in the batch {g['write_median_s']:.2f} s (median; slowest {name} "
-                f"{slowest:.2f} s)" if FLOOR_GOLD[side].shared and "write_median_s" in g else "")
+                f"{slowest:.2f} s)" if FLOOR_GOLD[side].shared else "")
 
     return f"floor's gold stage per gold table, a static job -> {FLOOR_GOLD[side].says}: " + "; ".join(
         f"{g['events']:,}: {g['static_s']:.2f} -> {g['queries_s']:.2f} s ({g['gold_tables']} tables){writes(g)}"
