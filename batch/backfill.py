@@ -27,16 +27,16 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from batch.compare import day_of, days_predicate, diff_tables, in_days
-from batch.lineage import batch_flows
-from batch.parallel import each_flow
-from batch.recompute import Shadow, recompute
-from batch.verify import Verdict, verify_flow
-from schemas.tables import LATE_ARRIVALS
-from streaming.context import BatchScope, FlowContext, offsets_covered
-from streaming.flows import FLOWS, Flow
-from streaming.lake_files import has_delta_log
-from streaming.runner import run_flow, table_version
+from lakehouse.batch.compare import day_of, days_predicate, diff_tables, in_days
+from lakehouse.batch.lineage import batch_flows
+from lakehouse.batch.parallel import each_flow
+from lakehouse.batch.recompute import Shadow, recompute
+from lakehouse.batch.verify import Verdict, verify_flow
+from lakehouse.schemas.tables import LATE_ARRIVALS
+from lakehouse.streaming.context import BatchScope, FlowContext, offsets_covered
+from lakehouse.streaming.flows import FLOWS, Flow
+from lakehouse.streaming.lake_files import has_delta_log
+from lakehouse.streaming.runner import run_flow, table_version
 
 log = logging.getLogger(__name__)
 

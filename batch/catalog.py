@@ -9,9 +9,9 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from schemas import tables
-from schemas.tables import TableSpec
-from streaming.lake_files import hadoop_fs, has_delta_log
+from lakehouse.schemas import tables
+from lakehouse.schemas.tables import TableSpec
+from lakehouse.streaming.lake_files import hadoop_fs, has_delta_log
 
 
 def read_table(spark: SparkSession, table: TableSpec, lake_root: str) -> DataFrame:

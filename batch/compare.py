@@ -10,7 +10,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from schemas.tables import TableSpec
+from lakehouse.schemas.tables import TableSpec
 
 # Processing-time columns: a fresh write stamps them anew, so they never take part in a comparison.
 VOLATILE = ("quarantined_at", "recorded_at", "reconciled_at", "reconciled_by")

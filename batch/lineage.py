@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from schemas.topics import TopicSpec
-from streaming.flows import FLOWS, Flow
+from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming.flows import FLOWS, Flow
 
 
 class UnknownTable(ValueError):

@@ -28,15 +28,15 @@ from typing import Callable, Iterable, Mapping
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from infra.retention import (
+from lakehouse.infra.retention import (
     DELETED_FILES, DELTA_DEFAULTS, Finding, check_session_defaults, check_table, check_topic, duration_ms, vacuum_blocker,
 )
-from schemas.tables import TableSpec
-from schemas.topics import TopicSpec
-from streaming.delta_log import commits_after, table_version
-from streaming.gold_batches import carried_watermark
-from streaming.lake_files import has_delta_log
-from streaming.positions import UserMetadata
+from lakehouse.schemas.tables import TableSpec
+from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming.delta_log import commits_after, table_version
+from lakehouse.streaming.gold_batches import carried_watermark
+from lakehouse.streaming.lake_files import has_delta_log
+from lakehouse.streaming.positions import UserMetadata
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def rewritten_in_place(spark: SparkSession, path: str, lookback: int = HISTORY_L
 
 def writer_flows(spec: TableSpec) -> tuple[str, ...]:
     """Names of the flows (streaming queries) that write the table."""
-    from streaming.flows import FLOWS
+    from lakehouse.streaming.flows import FLOWS
 
     return tuple(f.name for f in FLOWS if spec.name in (f.target.name, *(t.name for t in f.also_writes)))
 
@@ -248,7 +248,7 @@ def topic_configs(bootstrap: str, specs: Iterable[TopicSpec]) -> dict[str, dict[
     """Every live topic's configuration (None for a topic that does not exist yet)."""
     from confluent_kafka.admin import ConfigResource, ResourceType
 
-    from streaming.kafka_topics import admin_client
+    from lakehouse.streaming.kafka_topics import admin_client
 
     admin = admin_client(bootstrap)
     names = [s.name for s in specs]

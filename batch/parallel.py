@@ -17,10 +17,10 @@ from typing import Callable, Iterator, Sequence, TypeVar
 
 from pyspark.sql import SparkSession
 
-from streaming.context import FlowContext
-from streaming.flows import Flow
-from streaming.parallel_runs import run_flows
-from streaming.runner import in_flow_pool
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import Flow
+from lakehouse.streaming.parallel_runs import run_flows
+from lakehouse.streaming.runner import in_flow_pool
 
 T = TypeVar("T")
 

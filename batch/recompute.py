@@ -22,12 +22,12 @@ from datetime import datetime, timezone
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from schemas.tables import KAFKA_COORDINATES, LATE_ARRIVALS, TableSpec
-from schemas.topics import TopicSpec
-from streaming.context import FlowContext
-from streaming.flows import Flow
-from streaming.lake_files import delete_tree, has_delta_log
-from streaming.sources import kafka_options
+from lakehouse.schemas.tables import KAFKA_COORDINATES, LATE_ARRIVALS, TableSpec
+from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import Flow
+from lakehouse.streaming.lake_files import delete_tree, has_delta_log
+from lakehouse.streaming.sources import kafka_options
 
 log = logging.getLogger(__name__)
 

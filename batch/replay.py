@@ -20,16 +20,16 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from batch.compare import TableDiff, diff_tables
-from batch.lineage import flow_for, with_downstream
-from batch.recompute import Inputs, Shadow, read_kafka_range, recompute
-from schemas.tables import TableSpec
-from schemas.topics import TopicSpec
-from streaming.context import FlowContext
-from streaming.flows import FLOWS, Flow
-from streaming.gold_batches import WATERMARK_TABLE, EventTimeWriter
-from streaming.lake_files import children, has_delta_log
-from streaming.runner import table_version
+from lakehouse.batch.compare import TableDiff, diff_tables
+from lakehouse.batch.lineage import flow_for, with_downstream
+from lakehouse.batch.recompute import Inputs, Shadow, read_kafka_range, recompute
+from lakehouse.schemas.tables import TableSpec
+from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import FLOWS, Flow
+from lakehouse.streaming.gold_batches import WATERMARK_TABLE, EventTimeWriter
+from lakehouse.streaming.lake_files import children, has_delta_log
+from lakehouse.streaming.runner import table_version
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ def compare(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: lis
 
 def swap(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: list[Replayed], *, flows=FLOWS) -> list[Replayed]:
     """Put each rebuilt table in place of the live one and reset its flow's checkpoint to resume after the replay."""
-    from streaming.positions import commit_metadata, reset_checkpoint
+    from lakehouse.streaming.positions import commit_metadata, reset_checkpoint
 
     versions: dict[str, int] = {}
     for done in replayed:

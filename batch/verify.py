@@ -19,13 +19,13 @@ from typing import Any, Iterable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from batch.compare import TableDiff, diff_tables, in_days, plain
-from batch.lineage import batch_flows
-from batch.parallel import each_flow
-from batch.recompute import Inputs, Shadow, recompute, unreconciled_late
-from streaming.context import FlowContext
-from streaming.flows import FLOWS, Flow
-from streaming.lake_files import has_delta_log
+from lakehouse.batch.compare import TableDiff, diff_tables, in_days, plain
+from lakehouse.batch.lineage import batch_flows
+from lakehouse.batch.parallel import each_flow
+from lakehouse.batch.recompute import Inputs, Shadow, recompute, unreconciled_late
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import FLOWS, Flow
+from lakehouse.streaming.lake_files import has_delta_log
 
 log = logging.getLogger(__name__)
 

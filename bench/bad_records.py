@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, Mapping
 
-from schemas import reasons
-from schemas.sources import ORDERS, PAGE_VIEWS, PAYMENTS
+from lakehouse.schemas import reasons
+from lakehouse.schemas.sources import ORDERS, PAGE_VIEWS, PAYMENTS
 
 Outcome = Literal["quarantine", "silver", "late", "duplicate", "refused"]
 OUTCOMES: tuple[Outcome, ...] = ("quarantine", "silver", "late", "duplicate", "refused")

@@ -60,9 +60,9 @@ def _write(df: DataFrame, path: str, partition_by: tuple[str, ...] = (), *, mode
 
 def _gold(ctx) -> dict[str, Callable[[Callable[[str], DataFrame]], DataFrame]]:
     """Gold table name -> its computation over whole inputs (`read(table name)`), by the project's pure transforms."""
-    from streaming import flows
-    from streaming.context import duration_micros
-    from streaming.transforms import gold
+    from lakehouse.streaming import flows
+    from lakehouse.streaming.context import duration_micros
+    from lakehouse.streaming.transforms import gold
 
     orders = lambda read: read("silver_orders")             # noqa: E731
     views = lambda read: read("silver_page_views")          # noqa: E731
@@ -114,12 +114,12 @@ def run_floor(spark: SparkSession, ctx, *, parallel: int = 3, gold_as_queries: b
     """Every table of the catch-up by the barest static jobs (gold by bare queries with `gold_as_queries`, one
     per streamed input with `gold_shared`, by MERGE with `gold_merge`, with txn ids with `gold_once`); wall
     seconds per stage, rows written per table and each gold table's write seconds."""
-    from batch.recompute import read_kafka_range
-    from schemas import sources, tables
-    from streaming.flows import FLOWS
-    from streaming.transforms.bronze import to_bronze
-    from streaming.transforms.dimensions import scd2_versions, to_dimension_changes
-    from streaming.transforms.silver import parse_events, to_quarantine, to_silver
+    from lakehouse.batch.recompute import read_kafka_range
+    from lakehouse.schemas import sources, tables
+    from lakehouse.streaming.flows import FLOWS
+    from lakehouse.streaming.transforms.bronze import to_bronze
+    from lakehouse.streaming.transforms.dimensions import scd2_versions, to_dimension_changes
+    from lakehouse.streaming.transforms.silver import parse_events, to_quarantine, to_silver
 
     lake = ctx.lake_root
     specs = {t.name: t for t in tables.all_tables(sources.SOURCES)}
@@ -164,8 +164,8 @@ def run_floor(spark: SparkSession, ctx, *, parallel: int = 3, gold_as_queries: b
 
     def merge(df: DataFrame, name: str, batch_id: int | None) -> None:
         from delta.tables import DeltaTable
-        from streaming.gold_batches import on_keys
-        from streaming.sinks import dml_once, ensure_table, merge_metrics
+        from lakehouse.streaming.gold_batches import on_keys
+        from lakehouse.streaming.sinks import dml_once, ensure_table, merge_metrics
 
         # The batch's own session: a query's txn settings must not reach another query's MERGE.
         session, spec, path = df.sparkSession, specs[name], specs[name].path(lake)

@@ -43,9 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     table = Path(args[0])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from infra.settings import Settings
-    from infra.spark import get_spark
-    from schemas import topics
+    from lakehouse.infra.settings import Settings
+    from lakehouse.infra.spark import get_spark
+    from lakehouse.schemas import topics
 
     settings = Settings.from_env()
     spark = get_spark(settings, "bare_stream")
@@ -109,12 +109,12 @@ def start_work(spark, records, table: Path, trigger: str, *, exactly_once: bool 
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from schemas.sources import ITEM_COUNT, ORDERS
-    from schemas.tables import GOLD_REVENUE_PER_MINUTE
-    from streaming.gold_batches import on_keys
-    from streaming.positions import UserMetadata
-    from streaming.sinks import append_once, dml_once, ensure_table
-    from streaming.transforms.gold import to_revenue_per_minute
+    from lakehouse.schemas.sources import ITEM_COUNT, ORDERS
+    from lakehouse.schemas.tables import GOLD_REVENUE_PER_MINUTE
+    from lakehouse.streaming.gold_batches import on_keys
+    from lakehouse.streaming.positions import UserMetadata
+    from lakehouse.streaming.sinks import append_once, dml_once, ensure_table
+    from lakehouse.streaming.transforms.gold import to_revenue_per_minute
 
     def append(df, path: Path, layer: str, batch_id: int, said: str) -> None:
         if exactly_once:

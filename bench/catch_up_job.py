@@ -37,7 +37,7 @@ SIDES = ("flows alone", "catch_up job")
 
 def measure(events: int, rounds: int) -> dict:
     from bench.quality import catch_up
-    from orchestration import runs
+    from lakehouse.orchestration import runs
 
     started_at = harness.utc_now()
     where = harness.machine()

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started, load = harness.utc_now(), harness.load_now()
     say(f"bench.cold_start: {args.events:,} shop events, {args.rounds} rounds; {harness.machine()}")
-    from infra.class_archive import build
+    from lakehouse.infra.class_archive import build
 
     with harness.bench_home(NAME) as settings, harness.private_broker(settings) as broker:
         built = build(settings.jars_dir, settings.spark_java_options)

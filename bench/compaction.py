@@ -95,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
     args = parser.parse_args(argv)
 
-    from infra.settings import Settings
-    from infra.spark import get_spark
-    from batch.maintenance import compact_table, layout
-    from schemas.tables import TableSpec
+    from lakehouse.infra.settings import Settings
+    from lakehouse.infra.spark import get_spark
+    from lakehouse.batch.maintenance import compact_table, layout
+    from lakehouse.schemas.tables import TableSpec
 
     started_at = datetime.now(timezone.utc)
     where = machine()

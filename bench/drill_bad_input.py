@@ -99,7 +99,7 @@ def from_generated(record: Any, sent_at: datetime) -> Outgoing:
 
 def producer_settings(bootstrap: str, extra: Mapping[str, Any] = {}) -> dict[str, Any]:
     """The project's producer settings (streaming.producer), with a record's own additions."""
-    from streaming.producer import producer_config
+    from lakehouse.streaming.producer import producer_config
 
     return {**producer_config(bootstrap), "log_level": 0, **extra}
 
@@ -190,8 +190,8 @@ def read_lake(spark: Any, lake_root: str, topic_names: Iterable[str] = TOPICS) -
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from schemas import tables
-    from schemas.sources import BY_TOPIC
+    from lakehouse.schemas import tables
+    from lakehouse.schemas.sources import BY_TOPIC
 
     names = list(topic_names)
 
@@ -393,7 +393,7 @@ def mix_in(rng: random.Random, base: list[Outgoing], extra: list[Outgoing]) -> l
 
 def run_flows(spark: Any, ctx: Any, flows: list[Any]) -> list[str]:
     """Each flow to catch-up; what each did, in one line each. A failing flow raises (the stream stopped)."""
-    from streaming.runner import run_flow
+    from lakehouse.streaming.runner import run_flow
 
     said = []
     for flow in flows:
@@ -417,16 +417,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--copies must be at least 1 and --events at least 2")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    from infra.kafka_broker import local_node
-    from infra.retention import duration_ms
-    from infra.settings import Settings
-    from infra.spark import get_spark
-    from quality.gate import Gate
-    from schemas import tables, topics
-    from streaming.context import FlowContext
-    from streaming.flows import FLOWS
-    from streaming.generator import Mix, ShopGenerator
-    from streaming.kafka_topics import ensure_topics
+    from lakehouse.infra.kafka_broker import local_node
+    from lakehouse.infra.retention import duration_ms
+    from lakehouse.infra.settings import Settings
+    from lakehouse.infra.spark import get_spark
+    from lakehouse.quality.gate import Gate
+    from lakehouse.schemas import tables, topics
+    from lakehouse.streaming.context import FlowContext
+    from lakehouse.streaming.flows import FLOWS
+    from lakehouse.streaming.generator import Mix, ShopGenerator
+    from lakehouse.streaming.kafka_topics import ensure_topics
 
     root = Path(__file__).resolve().parents[1]
     home = Path(tempfile.mkdtemp(prefix="drill-bad-input-"))

@@ -99,7 +99,7 @@ def stream_env(settings: Any, **extra: str) -> dict[str, str]:
 
 def stream_settings(env: dict[str, str]) -> Any:
     """The Settings `lakehouse stream` reads from `env` (the checks use the same ones)."""
-    from infra.settings import Settings
+    from lakehouse.infra.settings import Settings
 
     return Settings.from_env({k: v for k, v in env.items() if k.startswith("LAKEHOUSE_")})
 
@@ -209,7 +209,7 @@ class SteadyProducer:
     """
 
     def __init__(self, bootstrap: str, *, total: int, rate: float, seed: int, start: datetime, mix: Any):
-        from streaming.generator import ShopGenerator
+        from lakehouse.streaming.generator import ShopGenerator
 
         self.bootstrap = bootstrap
         self.total = total
@@ -247,7 +247,7 @@ class SteadyProducer:
     def _run(self) -> None:
         from confluent_kafka import Producer
 
-        from streaming.producer import producer_config
+        from lakehouse.streaming.producer import producer_config
 
         try:
             producer = Producer({**producer_config(self.bootstrap), "message.timeout.ms": 300_000})
@@ -296,7 +296,7 @@ def events_start(events: int) -> datetime:
 
 def drill_mix() -> Any:
     """No late and no out-of-order events: every difference between the stream and a batch is a fault."""
-    from streaming.generator import Mix
+    from lakehouse.streaming.generator import Mix
 
     return Mix(out_of_order=0.0, late=0.0, duplicate=0.05, malformed=0.03)
 
@@ -309,8 +309,8 @@ def newest_batches(flows: Iterable[Any], lake_root: str) -> dict[str, float]:
     A time, not a batch id: with LAKEHOUSE_STREAM_ONE_HOP a topic's bronze and silver flows commit in the
     one-hop query's checkpoint (streaming/one_hop.py), which starts again at batch 0 at each start.
     """
-    from streaming.context import FlowContext
-    from streaming.one_hop import covering
+    from lakehouse.streaming.context import FlowContext
+    from lakehouse.streaming.one_hop import covering
 
     ctx = FlowContext(lake_root=lake_root, kafka_bootstrap="unused:1")
     out = {}
@@ -358,8 +358,8 @@ def sleep_alive(stream: StreamProcess, seconds: float, what: str) -> None:
 
 def wait_caught_up(stream: StreamProcess, flows: Sequence[Any], settings: Any, timeout_s: float) -> float:
     """Wait until every flow's checkpoint is at the end of its inputs (twice in a row, 2 s apart)."""
-    from streaming.context import FlowContext
-    from streaming.health import stream_health
+    from lakehouse.streaming.context import FlowContext
+    from lakehouse.streaming.health import stream_health
 
     ctx = FlowContext(lake_root=settings.lake_root, kafka_bootstrap=settings.kafka_bootstrap)
     started = time.monotonic()
@@ -446,10 +446,10 @@ def check_lake(spark: Any, env: dict[str, str], flows: Sequence[Any], producer: 
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from batch.verify import verify_flow
-    from orchestration.resources import build_resources
-    from schemas import tables, topics
-    from schemas.topics import TopicSpec
+    from lakehouse.batch.verify import verify_flow
+    from lakehouse.orchestration.resources import build_resources
+    from lakehouse.schemas import tables, topics
+    from lakehouse.schemas.topics import TopicSpec
 
     settings = dc.replace(stream_settings(env), quality=False)
     resources = build_resources(settings)
@@ -640,8 +640,8 @@ def _span(values: Sequence[float], unit: str = "") -> str:
 # ------------------------------------------------------------------ the drills
 
 def _flows(tables: Sequence[str]) -> list[Any]:
-    from streaming.continuous import flows_for
-    from streaming.flows import FLOWS
+    from lakehouse.streaming.continuous import flows_for
+    from lakehouse.streaming.flows import FLOWS
 
     return flows_for(FLOWS, tables)
 
@@ -655,7 +655,7 @@ def _finish(report: DrillReport, stream: StreamProcess, producer: SteadyProducer
     report.durations["producing"] = producer.ended_at - producer.started_at
     report.sent, report.acked, report.failed, report.unresolved = (
         producer.sent, len(producer.acked), len(producer.failed), producer.unresolved)
-    from schemas.topics import TopicSpec
+    from lakehouse.schemas.topics import TopicSpec
 
     streamed = {f.source.name for f in flows if isinstance(f.source, TopicSpec)}
     report.acked_streamed = sum(1 for r, _ in acked_records(producer) if r.topic in streamed)
@@ -762,8 +762,8 @@ def run_broker_loss(settings: Any, *, losses: int = 3, down_s: Sequence[float] =
                     verify_layers: Sequence[str] = ("silver", "gold")) -> DrillReport:
     """Kill -9 the broker `losses` times mid-stream while producing, start it again after `down_s` (cycled);
     the stream must resume by itself; then check the lake. The broker is running again at the end."""
-    from infra.kafka_broker import BrokerError, local_node
-    from schemas.topics import TopicSpec
+    from lakehouse.infra.kafka_broker import BrokerError, local_node
+    from lakehouse.schemas.topics import TopicSpec
 
     rng = random.Random(seed)
     env = stream_env(settings, **(extra_env or {}))
@@ -827,7 +827,7 @@ def run_broker_loss(settings: Any, *, losses: int = 3, down_s: Sequence[float] =
 
 
 def _pid_alive(pid: int) -> bool:
-    from infra.kafka_broker import pid_alive
+    from lakehouse.infra.kafka_broker import pid_alive
 
     try:
         os.waitpid(pid, os.WNOHANG)
@@ -839,7 +839,7 @@ def _pid_alive(pid: int) -> bool:
 # ------------------------------------------------------------------ command line
 
 def _home(name: str) -> tuple[Any, Path]:
-    from infra.settings import Settings
+    from lakehouse.infra.settings import Settings
 
     home = Path(tempfile.mkdtemp(prefix=f"drill-{name}-"))
     port, controller = PORTS[name]
@@ -888,7 +888,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"usage: drills.py {{{' | '.join(PORTS)}}} [options]; one of {', '.join(PORTS)} is needed", file=sys.stderr)
         return 2
     name, args = argv[0], _parser(argv[0]).parse_args(argv[1:])
-    from infra.kafka_broker import BrokerError, local_node, port_is_free
+    from lakehouse.infra.kafka_broker import BrokerError, local_node, port_is_free
 
     for port in PORTS[name]:
         if not port_is_free("127.0.0.1", port):
@@ -905,7 +905,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark_box: list[Any] = []
 
     def spark() -> Any:
-        from infra.spark import get_spark
+        from lakehouse.infra.spark import get_spark
 
         spark_box.append(get_spark(settings, f"drill-{name}"))
         return spark_box[-1]
@@ -915,8 +915,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.one_hop:
         extra["LAKEHOUSE_STREAM_ONE_HOP"] = "true"
     try:
-        from schemas import topics
-        from streaming.kafka_topics import ensure_topics
+        from lakehouse.schemas import topics
+        from lakehouse.streaming.kafka_topics import ensure_topics
 
         pid = node.start(settings.jars_dir)
         say(f"Kafka broker pid {pid} on {node.bootstrap}, state in {home}")

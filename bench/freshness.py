@@ -137,7 +137,7 @@ LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
 def bench_home(label: str) -> Iterator[Any]:
     """A temporary state folder and its Settings (ports 19430/19431, the project's jars); removed at the end
     unless BENCH_KEEP is set. SIGTERM becomes an exception while it is open, so every finally block runs."""
-    from infra.settings import Settings
+    from lakehouse.infra.settings import Settings
 
     home = Path(tempfile.mkdtemp(prefix=f"bench-{NAME}-{label}-"))
     settings = Settings.from_env({
@@ -185,7 +185,7 @@ def descendants(pid: int) -> list[int]:
 
 def spark_driver_of(pid: int) -> int | None:
     """The Spark driver JVM below process `pid` (the java process running SparkSubmit)."""
-    from infra.kafka_broker import process_args
+    from lakehouse.infra.kafka_broker import process_args
 
     for p in descendants(pid):
         try:
@@ -292,7 +292,7 @@ class Stream:
 
 def pregenerate(rate: int, count: int, seed: int) -> tuple[Any, list[tuple]]:
     """The generator (for more on the fly) and its first `count` records, encoded with a placeholder send time."""
-    from streaming.generator import Mix, ShopGenerator
+    from lakehouse.streaming.generator import Mix, ShopGenerator
 
     gen = ShopGenerator(seed=seed, start=datetime.now(timezone.utc), events_per_second=float(rate), mix=Mix())
     it = iter(gen)
@@ -312,7 +312,7 @@ class Producer(threading.Thread):
 
     def __init__(self, bootstrap: str, rate: int, records: list[tuple], more: Iterator[Any]):
         super().__init__(name="freshness-producer", daemon=True)
-        from streaming.generator import iso
+        from lakehouse.streaming.generator import iso
 
         self.bootstrap, self.rate, self.records, self.more = bootstrap, rate, records, more
         self.placeholder = iso(PLACEHOLDER_AT).encode()
@@ -334,7 +334,7 @@ class Producer(threading.Thread):
     def _run(self) -> None:
         from confluent_kafka import Producer as KafkaProducer
 
-        from streaming.producer import producer_config
+        from lakehouse.streaming.producer import producer_config
 
         producer = KafkaProducer(producer_config(self.bootstrap))
 
@@ -554,7 +554,7 @@ def progress_figures(lake: Path, start: float, end: float) -> dict[str, Any]:
     import numpy as np
     import pyarrow.parquet as pq
 
-    from schemas.tables import STREAM_PROGRESS
+    from lakehouse.schemas.tables import STREAM_PROGRESS
 
     table = Path(STREAM_PROGRESS.path(str(lake)))
     rows = []
@@ -596,8 +596,8 @@ def progress_figures(lake: Path, start: float, end: float) -> dict[str, Any]:
 
 def health_now(flows, settings) -> dict[str, Any]:
     """What `lakehouse status` shows (streaming.health): each flow's lag."""
-    from streaming.context import FlowContext
-    from streaming.health import stream_health
+    from lakehouse.streaming.context import FlowContext
+    from lakehouse.streaming.health import stream_health
 
     ctx = FlowContext(lake_root=settings.lake_root, kafka_bootstrap=settings.kafka_bootstrap)
     health = stream_health(flows, ctx)
@@ -619,8 +619,8 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
                  drain_s: float, start_limit_s: float, floor: bool = False, hops: int = 1,
                  work: bool = False, exactly_once: bool = False) -> dict[str, Any]:
     """One rate: `lakehouse stream` (or with `floor` the barest job, bench.bare_stream) fed at `rate` events/s."""
-    from streaming.continuous import flows_for
-    from streaming.flows import EVENT_SOURCES, FLOWS
+    from lakehouse.streaming.continuous import flows_for
+    from lakehouse.streaming.flows import EVENT_SOURCES, FLOWS
 
     flows = [] if floor else flows_for(FLOWS, tables)
     names = ["bare"] if floor else [f.name for f in flows]
@@ -816,8 +816,8 @@ def analyse(lake: Path, silver_tables: Sequence[str], has_gold: bool, start: flo
     """
     import numpy as np
 
-    from schemas import tables as table_specs
-    from streaming.flows import BY_NAME
+    from lakehouse.schemas import tables as table_specs
+    from lakehouse.streaming.flows import BY_NAME
 
     observed_until = result["observed_until"]
     sent_in_window = result["producer"]["sent_in_window"]
@@ -904,8 +904,8 @@ STAMP = re.compile(rb'"sent_at":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{3})Z"')
 
 def floor_health(settings, table: Path, orders_only: bool = False) -> dict[str, Any]:
     """The bare job's Kafka lag: records on the shop's topics (the orders topic only) minus the rows its table holds."""
-    from schemas import topics
-    from streaming.health import end_offsets
+    from lakehouse.schemas import topics
+    from lakehouse.streaming.health import end_offsets
 
     read = [t for t in topics.ALL if t.name == WORK_TOPIC] if orders_only else topics.ALL
     on_topics = sum(high - low for partitions in end_offsets(settings.kafka_bootstrap, read).values()
@@ -1232,7 +1232,7 @@ def main(argv: list[str] | None = None) -> int:
         rates, args.minutes, args.warm_up = rates[:1] if args.rates != "1000,5000,20000" else [1000], 1.0, 20.0
     record = harness.keeps(args)
     harness.log_warnings()
-    from infra.settings import Settings
+    from lakehouse.infra.settings import Settings
 
     defaults = Settings.from_env({})
     scope = ("the floor: " + floor_what(args.hops, args.work, args.exactly_once) if args.floor else

@@ -40,9 +40,9 @@ def template_orders(spark, ctx, orders_per_hour: int):
     """
     from pyspark.sql import functions as F
 
-    from schemas.tables import SILVER_ORDERS
-    from streaming.flows import BY_NAME
-    from streaming.generator import generate
+    from lakehouse.schemas.tables import SILVER_ORDERS
+    from lakehouse.streaming.flows import BY_NAME
+    from lakehouse.streaming.generator import generate
 
     flow = BY_NAME["silver_orders"]
     records = [r for r in generate(orders_per_hour * 8, seed=harness.SEED)
@@ -58,8 +58,8 @@ def template_orders(spark, ctx, orders_per_hour: int):
 
 def bronze_rows(spark, timed: list, *, hours: float, suffix: str, first_offset: int = 0):
     """Bronze rows of the records (each with its event time), moved `hours` later and their ids suffixed."""
-    from streaming.generator import iso
-    from streaming.transforms.bronze import to_bronze
+    from lakehouse.streaming.generator import iso
+    from lakehouse.streaming.transforms.bronze import to_bronze
 
     rows = []
     for i, (record, at) in enumerate(timed, start=first_offset):
@@ -90,9 +90,9 @@ def feed(spark, ctx, writers: dict, batch, batch_id: int, bronze=None) -> dict[s
 
     With `bronze` (the same orders as Kafka records), silver_orders' writer appends them, timed, instead.
     """
-    from schemas.tables import SILVER_ORDERS
-    from streaming.flows import BY_NAME
-    from streaming.transforms.gold import to_delay_events
+    from lakehouse.schemas.tables import SILVER_ORDERS
+    from lakehouse.streaming.flows import BY_NAME
+    from lakehouse.streaming.transforms.gold import to_delay_events
 
     seconds = {}
     if bronze is None:
@@ -114,7 +114,7 @@ def feed(spark, ctx, writers: dict, batch, batch_id: int, bronze=None) -> dict[s
 
 def build(spark, ctx, template, hours: int) -> dict:
     """A lake with `hours` of history, one commit per hour, and the writers that built it (as a stream keeps them)."""
-    from streaming.flows import BY_NAME
+    from lakehouse.streaming.flows import BY_NAME
 
     writers = {name: BY_NAME[name].batch_writer(ctx) for name in FLOWS}
     started = time.perf_counter()

@@ -146,7 +146,7 @@ def bench_home(name: str) -> Iterator[Any]:
     The environment's LAKEHOUSE_SPARK_* settings (master, driver memory and JVM options, shuffle
     partitions, extra conf) apply, so a bench can measure the engine as configured; nothing else does.
     """
-    from infra.settings import Settings
+    from lakehouse.infra.settings import Settings
 
     home = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     settings = Settings.from_env({
@@ -190,10 +190,10 @@ class Broker:
 @contextlib.contextmanager
 def private_broker(settings, *, folder: str = "kafka", topic_specs: Iterable[Any] | None = None) -> Iterator[Broker]:
     """A fresh broker with its state in <home>/<folder>, the topics created from their specs; stopped by PID."""
-    from infra.kafka_broker import local_node
-    from infra.retention import duration_ms
-    from schemas import topics
-    from streaming.kafka_topics import ensure_topics
+    from lakehouse.infra.kafka_broker import local_node
+    from lakehouse.infra.retention import duration_ms
+    from lakehouse.schemas import topics
+    from lakehouse.streaming.kafka_topics import ensure_topics
 
     node = dataclasses.replace(local_node(settings), directory=Path(settings.home) / folder)
     try:
@@ -213,7 +213,7 @@ def private_broker(settings, *, folder: str = "kafka", topic_specs: Iterable[Any
 @contextlib.contextmanager
 def spark_session(settings, name: str) -> Iterator[tuple[Any, int | None]]:
     """The Spark session with the project's configuration (infra.spark.get_spark), and its driver JVM's PID."""
-    from infra.spark import get_spark
+    from lakehouse.infra.spark import get_spark
 
     spark = None
     try:
@@ -246,7 +246,7 @@ def driver_jvm_pid() -> int | None:
 
     The bench's broker is a java child of this process too; it runs kafka.Kafka, not SparkSubmit.
     """
-    from infra.kafka_broker import process_args
+    from lakehouse.infra.kafka_broker import process_args
 
     kids = _children()
     todo = list(kids.get(os.getpid(), []))
@@ -264,7 +264,7 @@ def driver_jvm_pid() -> int | None:
 
 def project_context(settings, lake_root: str):
     """The FlowContext `lakehouse run` builds (orchestration.resources: quality gate on by default) for a lake."""
-    from orchestration.resources import build_resources
+    from lakehouse.orchestration.resources import build_resources
 
     resources = build_resources(dataclasses.replace(settings, lake_root=lake_root))
     return resources["lake"].flow_context(resources["kafka"])
@@ -344,7 +344,7 @@ def start_for(events: int, *, now: datetime | None = None) -> datetime:
 
 def shop_events(total: int, *, seed: int = SEED) -> Iterator[Any]:
     """The shop's mixed events (every topic), `lakehouse produce`'s fault mix; the first `total` end before now."""
-    from streaming.generator import Mix, ShopGenerator
+    from lakehouse.streaming.generator import Mix, ShopGenerator
 
     return iter(ShopGenerator(seed=seed, start=start_for(total), events_per_second=EVENTS_PER_SECOND_OF_EVENT_TIME,
                               mix=Mix()))
@@ -352,7 +352,7 @@ def shop_events(total: int, *, seed: int = SEED) -> Iterator[Any]:
 
 def order_events(total: int, *, seed: int = SEED) -> Iterator[Any]:
     """Only the generator's shop.orders.v1 records (valid, duplicates and malformed ones, in its mix)."""
-    from schemas import topics
+    from lakehouse.schemas import topics
 
     name = topics.ORDERS.name
     # About one record in six is an order: the clock covers six times as many ticks.
@@ -363,7 +363,7 @@ def send(records: Iterator[Any], count: int, bootstrap: str) -> Any:
     """Send the next `count` records and wait for every acknowledgement; raises if any failed."""
     from itertools import islice
 
-    from streaming.producer import produce
+    from lakehouse.streaming.producer import produce
 
     def progress(report) -> None:
         say(f"  sent {report.sent:,} of {count:,}")

@@ -165,10 +165,10 @@ def main(argv: list[str] | None = None) -> int:
 def make_sides(spark, settings, broker, expected: Callable[[], int], *,
                profile: bool = False) -> dict[str, Callable[[str], dict]]:
     """The three sides (five with `profile`), reading shop.orders.v1 whole; each checks it read expected() records."""
-    from schemas import topics
-    from streaming.flows import BY_NAME
-    from streaming.runner import run_flow, start_flow
-    from streaming.transforms.bronze import to_bronze
+    from lakehouse.schemas import topics
+    from lakehouse.streaming.flows import BY_NAME
+    from lakehouse.streaming.runner import run_flow, start_flow
+    from lakehouse.streaming.transforms.bronze import to_bronze
 
     topic = topics.ORDERS
     flow = BY_NAME["bronze_orders"]
@@ -257,7 +257,7 @@ def make_sides(spark, settings, broker, expected: Callable[[], int], *,
 
 def measure(events: int, rounds: int, seed: int = harness.SEED, *, profile: bool = False) -> dict:
     """Start a broker, preload `events` orders, alternate the three sides; the result as a dict."""
-    from schemas import topics
+    from lakehouse.schemas import topics
 
     started_at = harness.utc_now()
     where = harness.machine()

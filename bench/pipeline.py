@@ -78,7 +78,7 @@ def make_side(spark, settings, expected: Callable[[], int], *, quality: bool = T
     `without`: every flow but that one (a gold flow no other flow reads), for what one more gold table costs.
     """
     from bench.quality import catch_up, layer_of
-    from streaming.flows import FLOWS
+    from lakehouse.streaming.flows import FLOWS
 
     runs_root = Path(settings.home) / "runs"
     harness.project_context(settings, str(runs_root / "x"))    # imports Dagster's resources once, untimed
@@ -133,7 +133,7 @@ def make_floor(spark, settings, expected: Callable[[], int], *, parallel: int = 
 
 def leaf_gold_flows() -> list[str]:
     """The gold flows no other flow reads: the ones a catch-up can run without (--marginal)."""
-    from streaming.flows import FLOWS
+    from lakehouse.streaming.flows import FLOWS
 
     read = {t.name for f in FLOWS for t in (*f.sources, *f.lookups)}
     return [f.name for f in FLOWS if f.target.layer == "gold" and f.target.name not in read]
@@ -150,7 +150,7 @@ def marginal_at_size(without: list[dict], pipeline: list[dict], events: int, flo
 
 def against_setting(text: str, settings):
     """`settings` with one LAKEHOUSE_NAME=VALUE changed, parsed as `Settings.from_env` parses it; a bad one exits."""
-    from infra.settings import Settings, SettingsError
+    from lakehouse.infra.settings import Settings, SettingsError
 
     name, _, value = text.partition("=")
     field = name.removeprefix("LAKEHOUSE_").lower()
@@ -189,7 +189,7 @@ def floor_at_size(runs: list[dict], pipeline: list[dict], events: int) -> dict:
 
 def progress_per_flow() -> None:
     """The runner's own line per flow run (rows, version, seconds): a catch-up takes minutes, so show it moving."""
-    logging.getLogger("streaming.runner").setLevel(logging.INFO)
+    logging.getLogger("lakehouse.streaming.runner").setLevel(logging.INFO)
 
 
 def describe(events: int) -> Callable[[str, dict], str]:
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--small ({args.small}) must be above 0 and below --events ({args.events})")
     record = harness.keeps(args)
     if args.against:
-        from infra.settings import Settings
+        from lakehouse.infra.settings import Settings
 
         against_setting(args.against, Settings.from_env({}))   # a mistyped setting stops before the bench starts
     harness.log_warnings()
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         f"gate {'on' if quality else 'off'}; {where}")
     with harness.bench_home(NAME) as settings, harness.private_broker(settings) as broker, \
             harness.spark_session(settings, NAME) as (spark, driver_pid):
-        from streaming.flows import FLOWS
+        from lakehouse.streaming.flows import FLOWS
 
         parallel = args.parallel or settings.catch_up_parallel
         sizes, beside, memory_method = run_sizes(spark, settings, broker, [args.small, args.events], args.rounds,

@@ -63,8 +63,8 @@ def layer_of(flow) -> str:
 
 def catch_up(spark, ctx, parallel: int = 1, flows=None) -> dict:
     """Run every flow (or `flows`) once to catch up, `parallel` at once; wall time, flow-seconds per layer and per flow, rows, batches, late rows."""
-    from streaming.flows import FLOWS
-    from streaming.parallel_runs import run_flows
+    from lakehouse.streaming.flows import FLOWS
+    from lakehouse.streaming.parallel_runs import run_flows
 
     per_layer: dict[str, float] = defaultdict(float)
     per_flow: dict[str, float] = {}
@@ -94,9 +94,9 @@ def catch_up(spark, ctx, parallel: int = 1, flows=None) -> dict:
 
 def one_run(spark, settings, home: Path, label: str, *, validate: bool) -> dict:
     """One catch-up into a fresh lake root (removed afterwards), with the gate or without it."""
-    from quality.gate import Gate
-    from schemas import tables
-    from streaming.context import FlowContext
+    from lakehouse.quality.gate import Gate
+    from lakehouse.schemas import tables
+    from lakehouse.streaming.context import FlowContext
 
     folder = home / "runs" / label
     lake = str(folder / "lake")
@@ -199,14 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     record = harness.keeps(args)
     harness.log_warnings()
 
-    from infra.kafka_broker import local_node
-    from infra.retention import duration_ms
-    from infra.settings import Settings
-    from infra.spark import get_spark
-    from schemas import topics
-    from streaming.generator import Mix, ShopGenerator
-    from streaming.kafka_topics import ensure_topics
-    from streaming.producer import produce
+    from lakehouse.infra.kafka_broker import local_node
+    from lakehouse.infra.retention import duration_ms
+    from lakehouse.infra.settings import Settings
+    from lakehouse.infra.spark import get_spark
+    from lakehouse.schemas import topics
+    from lakehouse.streaming.generator import Mix, ShopGenerator
+    from lakehouse.streaming.kafka_topics import ensure_topics
+    from lakehouse.streaming.producer import produce
 
     started_at = datetime.now(timezone.utc)
     where = machine()

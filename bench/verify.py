@@ -37,8 +37,8 @@ log = logging.getLogger("bench.verify")
 
 def build_lake(spark, settings, broker, events: int, parallel: int):
     """Two waves of shop events, each caught up by every flow; the lake's FlowContext."""
-    from streaming.flows import FLOWS
-    from streaming.parallel_runs import run_flows
+    from lakehouse.streaming.flows import FLOWS
+    from lakehouse.streaming.parallel_runs import run_flows
 
     ctx = dataclasses.replace(harness.project_context(settings, f"{settings.home}/lake"),
                               kafka_bootstrap=broker.bootstrap)
@@ -58,7 +58,7 @@ def verdicts(found) -> dict[str, tuple]:
 
 
 def measure(events: int, rounds: int, parallel: int) -> dict:
-    from batch.verify import verify
+    from lakehouse.batch.verify import verify
 
     started_at = harness.utc_now()
     where = harness.machine()
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.events, args.rounds = min(args.events, 2_000), 1
     if not args.parallel:
-        from infra.settings import Settings
+        from lakehouse.infra.settings import Settings
         args.parallel = Settings.from_env().catch_up_parallel
     record = harness.keeps(args)
     harness.log_warnings()

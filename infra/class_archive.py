@@ -121,7 +121,7 @@ def _child(step: str, java_options: str, jars_dir: str | Path, scratch: str) -> 
     # A JVM that crashes on a bad archive writes its hs_err file into the scratch folder, not the user's.
     env = {**os.environ, **_DISABLED, "LAKEHOUSE_HOME": scratch, "LAKEHOUSE_JARS_DIR": str(jars_dir),
            "LAKEHOUSE_SPARK_JAVA_OPTIONS": f"{java_options.strip()} -XX:ErrorFile={scratch}/hs_err_%p.log"}
-    proc = subprocess.run([sys.executable, "-m", "infra.class_archive", step], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "lakehouse.infra.class_archive", step], env=env, capture_output=True,
                           text=True, timeout=900)
     if proc.returncode != 0:
         # The JVM's own words come before Python's traceback: "Specified shared archive not found", "SIGBUS".
@@ -163,8 +163,8 @@ def _exercise(spark, scratch: str) -> None:
 def _run(step: str) -> int:
     from pyspark import SparkContext
 
-    from infra.settings import Settings
-    from infra.spark import get_spark
+    from lakehouse.infra.settings import Settings
+    from lakehouse.infra.spark import get_spark
 
     settings = Settings.from_env()
     spark = get_spark(settings, app_name=f"class-archive-{step}")

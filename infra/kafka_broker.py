@@ -13,8 +13,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.jars import jar_paths
-from infra.settings import Settings
+from lakehouse.infra.jars import jar_paths
+from lakehouse.infra.settings import Settings
 
 log = logging.getLogger(__name__)
 

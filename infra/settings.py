@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from infra.retention import MIN_WINDOW_MS, duration_ms
+from lakehouse.infra.retention import MIN_WINDOW_MS, duration_ms
 
 PREFIX = "LAKEHOUSE_"
 

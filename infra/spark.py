@@ -9,9 +9,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from infra.jars import jar_paths
-from infra.retention import table_defaults
-from infra.settings import Settings
+from lakehouse.infra.jars import jar_paths
+from lakehouse.infra.retention import table_defaults
+from lakehouse.infra.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def _class_archive_option(settings: Settings) -> str:
     """The class archive a new driver maps instead of loading Spark's classes one by one (infra/class_archive.py)."""
     if not settings.spark_class_archive:
         return ""
-    from infra.class_archive import java_option
+    from lakehouse.infra.class_archive import java_option
 
     option = java_option(settings.jars_dir)
     return f" {option}" if option else ""

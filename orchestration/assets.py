@@ -7,24 +7,24 @@ import dagster as dg
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from batch.backfill import TableChange, backfill_flow
-from batch.catalog import read_table
-from infra.retention import duration_ms
-from orchestration import served_runs
-from orchestration.checks import VERIFY_CHECK, verdict_record
-from orchestration.partitions import daily, is_partitioned, key_range
-from orchestration.resources import KafkaResource, LakeResource, SparkResource
-from quality.gate import QualityBreach
-from quality.suites import suite_tables
-from schemas import sources
-from schemas.sources import Source
-from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
-from schemas.topics import TopicSpec
-from streaming import flows as flow_registry
-from streaming.flows import Flow
-from streaming.kafka_topics import TopicStatus, ensure_topics
-from streaming.runner import FlowRun, QualityStopped, run_flow, table_version
-from streaming.lake_files import has_delta_log
+from lakehouse.batch.backfill import TableChange, backfill_flow
+from lakehouse.batch.catalog import read_table
+from lakehouse.infra.retention import duration_ms
+from lakehouse.orchestration import served_runs
+from lakehouse.orchestration.checks import VERIFY_CHECK, verdict_record
+from lakehouse.orchestration.partitions import daily, is_partitioned, key_range
+from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
+from lakehouse.quality.gate import QualityBreach
+from lakehouse.quality.suites import suite_tables
+from lakehouse.schemas import sources
+from lakehouse.schemas.sources import Source
+from lakehouse.schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
+from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming import flows as flow_registry
+from lakehouse.streaming.flows import Flow
+from lakehouse.streaming.kafka_topics import TopicStatus, ensure_topics
+from lakehouse.streaming.runner import FlowRun, QualityStopped, run_flow, table_version
+from lakehouse.streaming.lake_files import has_delta_log
 
 TOPIC_CHECK = "matches_spec"
 QUALITY_CHECK = "expectations"

@@ -13,21 +13,21 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from infra.retention import duration_ms
-from orchestration.assets import (
+from lakehouse.infra.retention import duration_ms
+from lakehouse.orchestration.assets import (
     QUALITY_STOPS, TOPIC_CHECK, _topic_metadata, caught_up_metadata, quality_check_result, side_observations,
     topic_key, validations_of,
 )
-from orchestration import served_runs
-from orchestration.partitions import daily, is_partitioned, touched_days
-from orchestration.resources import KafkaResource, LakeResource, SparkResource
-from schemas import sources
-from schemas.topics import TopicSpec
-from streaming import flows as flow_registry
-from streaming.kafka_topics import ensure_topics
-from streaming.progress import ProgressRecorder
-from streaming.parallel_runs import run_flows
-from streaming.runner import FlowRun, in_flow_pool, run_flow
+from lakehouse.orchestration import served_runs
+from lakehouse.orchestration.partitions import daily, is_partitioned, touched_days
+from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
+from lakehouse.schemas import sources
+from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming import flows as flow_registry
+from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.progress import ProgressRecorder
+from lakehouse.streaming.parallel_runs import run_flows
+from lakehouse.streaming.runner import FlowRun, in_flow_pool, run_flow
 
 CATCH_UP_JOB = "catch_up"
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dagster as dg
 
-from batch.verify import Verdict, describe, verify_flow
-from orchestration import served_runs
-from orchestration.resources import KafkaResource, LakeResource, SparkResource
-from schemas import sources
-from schemas.topics import TopicSpec
-from streaming import flows as flow_registry
-from streaming.flows import Flow
+from lakehouse.batch.verify import Verdict, describe, verify_flow
+from lakehouse.orchestration import served_runs
+from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
+from lakehouse.schemas import sources
+from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming import flows as flow_registry
+from lakehouse.streaming.flows import Flow
 
 VERIFY_CHECK = "matches_batch"
 

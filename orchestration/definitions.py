@@ -1,4 +1,4 @@
-"""The Dagster code location: `dagster dev -m orchestration.definitions` (or `lakehouse ui`) loads `defs`."""
+"""The Dagster code location: `dagster dev -m lakehouse.orchestration.definitions` (or `lakehouse ui`) loads `defs`."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ import dagster as dg
 
 from datetime import datetime, timedelta, timezone
 
-from infra.settings import Settings
-from orchestration.assets import build_assets
-from orchestration.catch_up import catch_up_job
-from orchestration.checks import build_checks
-from orchestration.maintenance import build_maintenance
-from orchestration.quality_checks import build_table_checks
-from orchestration.partitions import daily, is_partitioned
-from orchestration.resources import build_resources
-from orchestration.streams import build_stream_checks, build_stream_sensor
-from streaming.flows import FLOWS
+from lakehouse.infra.settings import Settings
+from lakehouse.orchestration.assets import build_assets
+from lakehouse.orchestration.catch_up import catch_up_job
+from lakehouse.orchestration.checks import build_checks
+from lakehouse.orchestration.maintenance import build_maintenance
+from lakehouse.orchestration.quality_checks import build_table_checks
+from lakehouse.orchestration.partitions import daily, is_partitioned
+from lakehouse.orchestration.resources import build_resources
+from lakehouse.orchestration.streams import build_stream_checks, build_stream_sensor
+from lakehouse.streaming.flows import FLOWS
 
 BACKFILL_JOB = "backfill"
 RECONCILE_SCHEDULE = "nightly_reconciliation"

@@ -17,14 +17,14 @@ from typing import Sequence
 
 import dagster as dg
 
-from batch.maintenance import Compaction, Vacuum, compact_tables, table_findings, topic_findings, vacuum_tables
-from infra.retention import Finding, duration_ms
-from infra.settings import Settings
-from orchestration.assets import topic_key
-from orchestration.resources import KafkaResource, LakeResource, SparkResource
-from schemas import sources, tables
-from schemas.tables import TableSpec
-from schemas.topics import TopicSpec
+from lakehouse.batch.maintenance import Compaction, Vacuum, compact_tables, table_findings, topic_findings, vacuum_tables
+from lakehouse.infra.retention import Finding, duration_ms
+from lakehouse.infra.settings import Settings
+from lakehouse.orchestration.assets import topic_key
+from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
+from lakehouse.schemas import sources, tables
+from lakehouse.schemas.tables import TableSpec
+from lakehouse.schemas.topics import TopicSpec
 
 GROUP = "maintenance"
 JOB = "maintenance"
@@ -260,10 +260,10 @@ def _tables_present(lake_root: str, specs: Sequence[TableSpec]) -> bool:
 
 def doctor_findings(settings: Settings) -> list[Finding]:
     """Every retention the replay window depends on, from the live broker and tables (what doctor prints)."""
-    from batch.maintenance import retention_findings, topic_findings
-    from infra.retention import check_session_defaults, check_table, table_defaults
-    from infra.spark import get_spark
-    from streaming.kafka_topics import KafkaUnreachable
+    from lakehouse.batch.maintenance import retention_findings, topic_findings
+    from lakehouse.infra.retention import check_session_defaults, check_table, table_defaults
+    from lakehouse.infra.spark import get_spark
+    from lakehouse.streaming.kafka_topics import KafkaUnreachable
 
     specs = tables.all_tables(sources.SOURCES)
     topic_specs = [s.topic_spec for s in sources.SOURCES]

@@ -8,9 +8,9 @@ from datetime import date, datetime, timedelta, timezone
 import dagster as dg
 from pyspark.sql import SparkSession
 
-from batch.compare import day_sql
-from schemas.tables import TableSpec
-from streaming.lake_files import children
+from lakehouse.batch.compare import day_sql
+from lakehouse.schemas.tables import TableSpec
+from lakehouse.streaming.lake_files import children
 
 # The first day a partition exists for; events before it can still be backfilled from the CLI.
 FIRST_DAY = "2025-01-01"

@@ -10,10 +10,10 @@ from typing import Callable
 
 import dagster as dg
 
-from orchestration import served_runs
-from orchestration.resources import KafkaResource, LakeResource, SparkResource
-from quality.table_checks import GOLD_COUNTS, TableCheck, freshness, gold_accounting, payment_references, silver_accounting
-from schemas import sources, tables
+from lakehouse.orchestration import served_runs
+from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
+from lakehouse.quality.table_checks import GOLD_COUNTS, TableCheck, freshness, gold_accounting, payment_references, silver_accounting
+from lakehouse.schemas import sources, tables
 
 JOB = "quality_checks"
 SCHEDULE = "hourly_quality_checks"

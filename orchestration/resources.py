@@ -5,10 +5,10 @@ from __future__ import annotations
 import dagster as dg
 from pyspark.sql import SparkSession
 
-from infra.settings import Settings, is_secret
-from infra.spark import get_spark
-from schemas.tables import QUALITY_RESULTS
-from streaming.context import FlowContext
+from lakehouse.infra.settings import Settings, is_secret
+from lakehouse.infra.spark import get_spark
+from lakehouse.schemas.tables import QUALITY_RESULTS
+from lakehouse.streaming.context import FlowContext
 
 
 class SparkResource(dg.ConfigurableResource):
@@ -75,7 +75,7 @@ class LakeResource(dg.ConfigurableResource):
         """The expectation suites' gate the flows call, or None when checks are off."""
         if not self.quality:
             return None
-        from quality.gate import Gate
+        from lakehouse.quality.gate import Gate
 
         return Gate(QUALITY_RESULTS.path(self.root), self.quality_dir or None)
 

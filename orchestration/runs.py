@@ -1,6 +1,6 @@
 """Runs of the code location's jobs, started from the CLI, executed in this process, recorded in the project's instance.
 
-`lakehouse ui` serves the code location `orchestration.definitions` (`dagster dev -m orchestration.definitions`).
+`lakehouse ui` serves the code location `lakehouse.orchestration.definitions` (`dagster dev -m lakehouse.orchestration.definitions`).
 A run started here is created the way Dagster creates one for that location (as `dagster job launch` and the
 webserver do): from the location's job snapshot and execution plan, with the job's remote origin, so the UI lists
 it under its job (`catch_up`, ...), on the overview timeline, and can re-execute it. It then runs synchronously
@@ -32,15 +32,15 @@ from dagster._core.utils import make_new_run_id
 from dagster._utils.merger import deep_merge_dicts
 from dagster._utils.tags import normalize_tags
 
-from infra.settings import Settings
+from lakehouse.infra.settings import Settings
 
 log = logging.getLogger("lakehouse")
 
 TOPICS = dg.AssetSelection.groups("kafka")
 TABLES = dg.AssetSelection.groups("bronze", "silver", "gold")
 
-# The code location `lakehouse ui` serves: `dagster dev -m orchestration.definitions` names it after the module.
-LOCATION = "orchestration.definitions"
+# The code location `lakehouse ui` serves: `dagster dev -m lakehouse.orchestration.definitions` names it after the module.
+LOCATION = "lakehouse.orchestration.definitions"
 COMMAND_TAG = "lakehouse/command"  # the command line that started a run
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,7 +150,7 @@ def run_job(
     shows it under the job and can re-execute it; `tags` are added to the job's own (put the command line under
     COMMAND_TAG); `partition_range` (first key, last key) makes one run over that range of partitions.
     """
-    from orchestration.definitions import build_definitions
+    from lakehouse.orchestration.definitions import build_definitions
 
     # The steps run with resources from `settings`; the run's snapshots come from the location as the UI loads it.
     repo_def = build_definitions(settings).get_repository_def()
@@ -206,8 +206,8 @@ def catch_up(
 
     catch_up is an op job: its op takes the asset names from its config (orchestration/catch_up.py).
     """
-    from orchestration.catch_up import CATCH_UP_JOB
-    from orchestration.definitions import build_definitions
+    from lakehouse.orchestration.catch_up import CATCH_UP_JOB
+    from lakehouse.orchestration.definitions import build_definitions
 
     assets: list[str] = []
     if selection is not None:

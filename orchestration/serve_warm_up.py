@@ -18,11 +18,11 @@ from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import SparkSession
 
-from infra.settings import Settings
-from schemas import topics
-from schemas.tables import QUALITY_RESULTS
-from streaming.context import FlowContext
-from streaming.lake_files import delete_tree
+from lakehouse.infra.settings import Settings
+from lakehouse.schemas import topics
+from lakehouse.schemas.tables import QUALITY_RESULTS
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.lake_files import delete_tree
 
 log = logging.getLogger("lakehouse")
 
@@ -39,12 +39,12 @@ def scratch_root(settings: Settings) -> str:
 
 def warm_up_runs(spark: SparkSession, settings: Settings, lock: threading.Lock) -> float | None:
     """Run the warm-up under `lock`, saying so in the log; its seconds, or None when it failed (the endpoint serves anyway)."""
-    from batch.backfill import backfill_flow
-    from quality.gate import Gate
-    from streaming.flows import FLOWS
-    from streaming.generator import generate
-    from streaming.runner import run_flow
-    from streaming.transforms.bronze import to_bronze
+    from lakehouse.batch.backfill import backfill_flow
+    from lakehouse.quality.gate import Gate
+    from lakehouse.streaming.flows import FLOWS
+    from lakehouse.streaming.generator import generate
+    from lakehouse.streaming.runner import run_flow
+    from lakehouse.streaming.transforms.bronze import to_bronze
 
     root = scratch_root(settings)
     with lock:

@@ -23,9 +23,9 @@ from typing import Any, Callable
 import dagster as dg
 from dagster._serdes import deserialize_value, serialize_value
 
-from infra.settings import Settings
-from orchestration.resources import KafkaResource, LakeResource, SparkResource
-from orchestration.sql_endpoint import HOST, STREAMED, Endpoint, EndpointError, running_endpoint
+from lakehouse.infra.settings import Settings
+from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
+from lakehouse.orchestration.sql_endpoint import HOST, STREAMED, Endpoint, EndpointError, running_endpoint
 
 log = logging.getLogger("lakehouse")
 
@@ -204,12 +204,12 @@ def serve_step(spark, settings: Settings, body: dict[str, Any], emit: Callable[[
     """Run a step sent by `run_served` in the endpoint's session, emitting its log, events and end."""
     from datetime import date
 
-    from orchestration.assets import backfill_table, catch_up_table
-    from orchestration.catch_up import CatchUpConfig, catch_up
-    from orchestration.checks import VERIFY_CHECK, verify_result
-    from orchestration.quality_checks import rule_result, rules
-    from schemas import sources
-    from streaming import flows as flow_registry
+    from lakehouse.orchestration.assets import backfill_table, catch_up_table
+    from lakehouse.orchestration.catch_up import CatchUpConfig, catch_up
+    from lakehouse.orchestration.checks import VERIFY_CHECK, verify_result
+    from lakehouse.orchestration.quality_checks import rule_result, rules
+    from lakehouse.schemas import sources
+    from lakehouse.streaming import flows as flow_registry
 
     try:
         lake, kafka = LakeResource(**body["lake"]), KafkaResource(**body["kafka"])
@@ -237,7 +237,7 @@ def serve_step(spark, settings: Settings, body: dict[str, Any], emit: Callable[[
                 if body["kind"] == BACKFILL:
                     first, last = (date.fromisoformat(day) for day in body["days"])
                     # backfill's per-table lines, which move lakehouse backfill's progress bar
-                    forward, batch_log = _Forward(emit), logging.getLogger("batch")
+                    forward, batch_log = _Forward(emit), logging.getLogger("lakehouse.batch")
                     batch_log.addHandler(forward)
                     try:
                         result = backfill_table(context, spark, flow, ctx, (first, last), body["run_id"],

@@ -10,9 +10,9 @@ from typing import Any, Iterator, Mapping, Sequence
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from batch.catalog import VersionRange, existing_tables, register_tables, table_history, version_range
-from schemas import tables as table_specs
-from streaming.lake_files import has_delta_log
+from lakehouse.batch.catalog import VersionRange, existing_tables, register_tables, table_history, version_range
+from lakehouse.schemas import tables as table_specs
+from lakehouse.streaming.lake_files import has_delta_log
 
 
 class SqlError(ValueError):

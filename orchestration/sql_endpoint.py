@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
-from infra.settings import Settings
+from lakehouse.infra.settings import Settings
 
 log = logging.getLogger("lakehouse")
 
@@ -83,7 +83,7 @@ def ask(settings: Settings, request: dict[str, Any]) -> dict[str, Any] | None:
 
 def answer(spark, settings: Settings, request: dict[str, Any]) -> dict[str, Any]:
     """What `lakehouse sql` or `lakehouse history` prints for `request`, run in `spark`: text, or a user's error."""
-    from orchestration.sql import SqlError, format_table, history, run_sql
+    from lakehouse.orchestration.sql import SqlError, format_table, history, run_sql
 
     try:
         if request.get("kind") == "history":
@@ -141,17 +141,17 @@ def _handler(run: Callable[[dict[str, Any]], dict[str, Any]],
 
 def _warm_up(spark, settings: Settings) -> None:
     """The run path's warm-up (orchestration/serve_warm_up.py), holding the lock run steps take."""
-    from orchestration.served_runs import RUN_LOCK
-    from orchestration.serve_warm_up import warm_up_runs
+    from lakehouse.orchestration.served_runs import RUN_LOCK
+    from lakehouse.orchestration.serve_warm_up import warm_up_runs
 
     warm_up_runs(spark, settings, RUN_LOCK)
 
 
 def serve(settings: Settings) -> int:
     """Start Spark, warm it on the lake, answer requests until SIGTERM or Ctrl-C; 0 when stopped."""
-    from infra.spark import get_spark
-    from orchestration.served_runs import serve_step
-    from orchestration.sql import run_sql
+    from lakehouse.infra.spark import get_spark
+    from lakehouse.orchestration.served_runs import serve_step
+    from lakehouse.orchestration.sql import run_sql
 
     other = running_endpoint(settings)
     if other is not None:

@@ -15,14 +15,14 @@ from typing import Iterable
 
 import dagster as dg
 
-from infra.settings import Settings
-from orchestration.assets import topic_key
-from schemas import sources
-from schemas.topics import TopicSpec
-from streaming import flows as flow_registry
-from streaming.context import FlowContext, duration_micros
-from streaming.continuous import TableReport
-from streaming.health import FlowHealth, end_offsets, flow_health
+from lakehouse.infra.settings import Settings
+from lakehouse.orchestration.assets import topic_key
+from lakehouse.schemas import sources
+from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming import flows as flow_registry
+from lakehouse.streaming.context import FlowContext, duration_micros
+from lakehouse.streaming.continuous import TableReport
+from lakehouse.streaming.health import FlowHealth, end_offsets, flow_health
 
 FRESHNESS_CHECK = "stream_freshness"
 LAG_CHECK = "consumer_lag"
@@ -149,7 +149,7 @@ def streamed_tables(declared: tuple = sources.SOURCES) -> list[str]:
 def observe(settings: Settings, instance: dg.DagsterInstance, declared: tuple = sources.SOURCES,
             now: float | None = None) -> list[object]:
     """Topic observations, lag checks and freshness checks, as of now."""
-    from orchestration.resources import build_resources
+    from lakehouse.orchestration.resources import build_resources
 
     resources = build_resources(settings)
     ctx: FlowContext = resources["lake"].flow_context(resources["kafka"])

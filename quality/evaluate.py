@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from quality.suites import ROW_TYPES, Expectation, Suite
+from lakehouse.quality.suites import ROW_TYPES, Expectation, Suite
 
 SAMPLES = 5   # failing values kept per expectation, as GX's partial_unexpected_list
 

@@ -10,10 +10,10 @@ from typing import Any, Callable, Iterator, Mapping
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from quality.evaluate import drop_marks, evaluate, samples, totals
-from quality.results import Recorder, Validation, now
-from quality.suites import Suite, build_suites
-from schemas.tables import TableSpec
+from lakehouse.quality.evaluate import drop_marks, evaluate, samples, totals
+from lakehouse.quality.results import Recorder, Validation, now
+from lakehouse.quality.suites import Suite, build_suites
+from lakehouse.schemas.tables import TableSpec
 
 log = logging.getLogger(__name__)
 

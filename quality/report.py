@@ -8,8 +8,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from quality.results import gx_context
-from quality.table_checks import read_delta
+from lakehouse.quality.results import gx_context
+from lakehouse.quality.table_checks import read_delta
 
 
 @dataclass

@@ -19,8 +19,8 @@ from pyspark.sql.types import (
     BooleanType, DoubleType, LongType, StringType, StructField, StructType, TimestampType,
 )
 
-from quality.evaluate import Outcome
-from quality.suites import Suite
+from lakehouse.quality.evaluate import Outcome
+from lakehouse.quality.suites import Suite
 
 log = logging.getLogger(__name__)
 

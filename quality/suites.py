@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
-from schemas import sources as declared_sources
-from schemas.sources import CATEGORIES, CURRENCIES, MAX_ORDER_CENTS, PAGE_TYPES, PAYMENT_STATUSES, TIERS, Source
-from schemas.tables import KAFKA_COORDINATES, TableSpec
+from lakehouse.schemas import sources as declared_sources
+from lakehouse.schemas.sources import CATEGORIES, CURRENCIES, MAX_ORDER_CENTS, PAGE_TYPES, PAYMENT_STATUSES, TIERS, Source
+from lakehouse.schemas.tables import KAFKA_COORDINATES, TableSpec
 
 if TYPE_CHECKING:
     import great_expectations.expectations as gxe
@@ -215,7 +215,7 @@ def __getattr__(name: str) -> Any:
 
 def _gold_suites() -> list[tuple[TableSpec, Callable[[TableSpec], Suite]]]:
     """Each gold table that has a suite, with the function that builds it (building imports GX)."""
-    from schemas import tables as t
+    from lakehouse.schemas import tables as t
 
     def non_negative(*cols: str) -> list[Expectation]:
         return [_between(c, 0, None) for c in cols]

@@ -17,9 +17,9 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from schemas import tables
-from schemas.sources import Source
-from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
+from lakehouse.schemas import tables
+from lakehouse.schemas.sources import Source
+from lakehouse.schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
 
 COORDS = ["topic", "partition", "offset"]
 

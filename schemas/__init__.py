@@ -14,7 +14,7 @@ def from_sources(module: str, names: Mapping[str, Callable[[Any], Any]]) -> Call
     def __getattr__(name: str) -> Any:
         if name not in names:  # anything else, e.g. the import system probing for __path__
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        from schemas import sources
+        from lakehouse.schemas import sources
 
         return names[name](sources)
 

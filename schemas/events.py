@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pyspark.sql.types import StructType
 
-from schemas import from_sources
+from lakehouse.schemas import from_sources
 
 
 @dataclass(frozen=True)

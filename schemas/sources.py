@@ -22,9 +22,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from schemas.events import EventSchema
-from schemas.tables import KAFKA_COORDINATES, TableSpec
-from schemas.topics import DAY_MS, TopicSpec
+from lakehouse.schemas.events import EventSchema
+from lakehouse.schemas.tables import KAFKA_COORDINATES, TableSpec
+from lakehouse.schemas.topics import DAY_MS, TopicSpec
 
 
 def column(name: str, dtype: DataType, doc: str) -> StructField:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping
 
-from schemas import from_sources
+from lakehouse.schemas import from_sources
 
 Layer = Literal["bronze", "silver", "gold"]
 

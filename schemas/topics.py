@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from schemas import from_sources
-from schemas.events import EventSchema
+from lakehouse.schemas import from_sources
+from lakehouse.schemas.events import EventSchema
 
 DAY_MS = 24 * 60 * 60 * 1000
 

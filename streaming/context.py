@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, ContextManager, Mapping, Protocol
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from schemas.tables import TableSpec
+    from lakehouse.schemas.tables import TableSpec
 
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
 _PART = re.compile(r"\s*(\d+)\s*(second|minute|hour|day|week)s?\s*", re.IGNORECASE)

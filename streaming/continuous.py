@@ -12,15 +12,15 @@ from typing import Any, Callable, Iterable, Mapping
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from schemas.tables import TableSpec
-from schemas.topics import TopicSpec
-from streaming.context import FlowContext
-from streaming.flows import Flow
-from streaming.health import latest_version
-from streaming.kafka_topics import KafkaUnreachable
-from streaming.one_hop import one_hop_pairs, start_one_hop
-from streaming.progress import ProgressRecorder
-from streaming.runner import BrokerWatchdog, KafkaLost, QualityStopped, _raise_if_kafka_lost, _raise_if_quality_breach, start_flow
+from lakehouse.schemas.tables import TableSpec
+from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import Flow
+from lakehouse.streaming.health import latest_version
+from lakehouse.streaming.kafka_topics import KafkaUnreachable
+from lakehouse.streaming.one_hop import one_hop_pairs, start_one_hop
+from lakehouse.streaming.progress import ProgressRecorder
+from lakehouse.streaming.runner import BrokerWatchdog, KafkaLost, QualityStopped, _raise_if_kafka_lost, _raise_if_quality_breach, start_flow
 
 log = logging.getLogger(__name__)
 

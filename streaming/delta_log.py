@@ -16,7 +16,7 @@ from typing import Iterator
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-from streaming.lake_files import hadoop_fs, has_delta_log
+from lakehouse.streaming.lake_files import hadoop_fs, has_delta_log
 
 # What a commit wrote, by operation: a Delta sink's appends, or the rows a MERGE inserted and updated.
 _WRITTEN = {"STREAMING UPDATE": ("numOutputRows",), "MERGE": ("numTargetRowsInserted", "numTargetRowsUpdated")}

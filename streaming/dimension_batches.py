@@ -20,12 +20,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField, StructType, TimestampType
 
-from schemas.tables import TableSpec
-from streaming.context import FlowContext
-from streaming.lake_files import has_delta_log
-from streaming.positions import BatchRecord, RecordsPositions, UserMetadata
-from streaming.sinks import dml_once, merge_metrics
-from streaming.transforms.dimensions import LINEAGE, scd2_versions
+from lakehouse.schemas.tables import TableSpec
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.lake_files import has_delta_log
+from lakehouse.streaming.positions import BatchRecord, RecordsPositions, UserMetadata
+from lakehouse.streaming.sinks import dml_once, merge_metrics
+from lakehouse.streaming.transforms.dimensions import LINEAGE, scd2_versions
 
 log = logging.getLogger(__name__)
 

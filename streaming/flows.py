@@ -8,22 +8,22 @@ from typing import Any, Callable, Literal, Mapping
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from schemas import sources, tables
-from schemas.events import EventSchema
-from schemas.sources import Source
-from schemas.tables import TableSpec
-from schemas.topics import TopicSpec
-from streaming.context import FlowContext, duration_micros
-from streaming.silver_batches import SilverWriter
-from streaming.dimension_batches import DimensionWriter
-from streaming.transforms.dimensions import to_dimension_changes
-from streaming.transforms.bronze import to_bronze
-from streaming.gold_batches import EventTimeWriter, RecomputeWriter, StepFunction, UpsertWriter, add_partials
-from streaming.transforms.dimensions import enrich_as_of
-from streaming.gold_steps import interval_join, join_state_rows, session_windows, sliding_counts
-from streaming.transforms import gold
-from streaming.transforms.silver import parse_events
-from streaming.lake_files import has_delta_log
+from lakehouse.schemas import sources, tables
+from lakehouse.schemas.events import EventSchema
+from lakehouse.schemas.sources import Source
+from lakehouse.schemas.tables import TableSpec
+from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming.context import FlowContext, duration_micros
+from lakehouse.streaming.silver_batches import SilverWriter
+from lakehouse.streaming.dimension_batches import DimensionWriter
+from lakehouse.streaming.transforms.dimensions import to_dimension_changes
+from lakehouse.streaming.transforms.bronze import to_bronze
+from lakehouse.streaming.gold_batches import EventTimeWriter, RecomputeWriter, StepFunction, UpsertWriter, add_partials
+from lakehouse.streaming.transforms.dimensions import enrich_as_of
+from lakehouse.streaming.gold_steps import interval_join, join_state_rows, session_windows, sliding_counts
+from lakehouse.streaming.transforms import gold
+from lakehouse.streaming.transforms.silver import parse_events
+from lakehouse.streaming.lake_files import has_delta_log
 
 Input = TopicSpec | TableSpec
 # Builds a flow's `(batch_df, batch_id)` function; the function keeps what it did in `.stats`.

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator, Literal
 
-from schemas import reasons
-from schemas.events import CURRENCIES, ORDERS_V1, PAGE_VIEWS_V1
-from schemas.sources import CATEGORIES, CUSTOMERS, PAYMENTS, PRODUCTS, TIERS
+from lakehouse.schemas import reasons
+from lakehouse.schemas.events import CURRENCIES, ORDERS_V1, PAGE_VIEWS_V1
+from lakehouse.schemas.sources import CATEGORIES, CUSTOMERS, PAYMENTS, PRODUCTS, TIERS
 
 Kind = Literal["valid", "duplicate", "malformed"]
 

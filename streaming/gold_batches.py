@@ -39,13 +39,13 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from schemas.tables import LATE_ARRIVALS, TableSpec
-from streaming.context import BatchScope, FlowContext, QualityGate, iso_micros, timestamp_literal
-from streaming.delta_log import Commit, last_commit, newest_commits, txn_version
-from streaming.lake_files import has_delta_log
-from streaming.positions import BatchRecord, RecordsPositions, UserMetadata
-from streaming.sinks import append_once, dml_once, ensure_table, merge_metrics
-from streaming.transforms.silver import to_late_arrivals
+from lakehouse.schemas.tables import LATE_ARRIVALS, TableSpec
+from lakehouse.streaming.context import BatchScope, FlowContext, QualityGate, iso_micros, timestamp_literal
+from lakehouse.streaming.delta_log import Commit, last_commit, newest_commits, txn_version
+from lakehouse.streaming.lake_files import has_delta_log
+from lakehouse.streaming.positions import BatchRecord, RecordsPositions, UserMetadata
+from lakehouse.streaming.sinks import append_once, dml_once, ensure_table, merge_metrics
+from lakehouse.streaming.transforms.silver import to_late_arrivals
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streaming.context import timestamp_literal
-from streaming.gold_batches import Step, StepFunction
-from streaming.transforms.gold import to_activity_intervals, to_order_velocity, to_sessions
-from streaming.lake_files import has_delta_log
+from lakehouse.streaming.context import timestamp_literal
+from lakehouse.streaming.gold_batches import Step, StepFunction
+from lakehouse.streaming.transforms.gold import to_activity_intervals, to_order_velocity, to_sessions
+from lakehouse.streaming.lake_files import has_delta_log
 
 
 def _near(table: DataFrame, at: Step, *, start: str, end: str, reach_micros: int) -> DataFrame:

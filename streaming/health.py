@@ -15,12 +15,12 @@ from typing import Iterable, Mapping
 
 from pyarrow import fs as pafs
 
-from schemas.topics import TopicSpec
-from streaming.context import FlowContext
-from streaming.flows import Flow
-from streaming.lake_files import DELTA_LOG_VERSION_FILE
-from streaming.one_hop import covering
-from streaming.sources import stream_path
+from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import Flow
+from lakehouse.streaming.lake_files import DELTA_LOG_VERSION_FILE
+from lakehouse.streaming.one_hop import covering
+from lakehouse.streaming.sources import stream_path
 
 
 
@@ -122,7 +122,7 @@ def end_offsets(bootstrap: str, topics: Iterable[TopicSpec], timeout_s: float = 
     """(low, high) watermark offsets of every partition of each topic: retained records are high - low."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    from streaming.kafka_topics import KafkaUnreachable
+    from lakehouse.streaming.kafka_topics import KafkaUnreachable
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lakehouse-health", "enable.auto.commit": False,
                          "log_level": 0})

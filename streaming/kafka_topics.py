@@ -10,7 +10,7 @@ from typing import Iterable
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
-from schemas.topics import TopicSpec
+from lakehouse.schemas.topics import TopicSpec
 
 log = logging.getLogger(__name__)
 

@@ -32,15 +32,15 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from schemas.topics import TopicSpec
-from streaming.context import FlowContext
-from streaming.delta_log import commits_after, table_id, table_version
-from streaming.flows import BY_NAME, FLOWS, Flow
-from streaming.lake_files import delete_tree
-from streaming.positions import StreamBinding, commit_metadata, parse_metadata
-from streaming.runner import after_bronze, in_flow_pool, run_flow
-from streaming.sinks import append_once
-from streaming.sources import read_kafka_stream
+from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.delta_log import commits_after, table_id, table_version
+from lakehouse.streaming.flows import BY_NAME, FLOWS, Flow
+from lakehouse.streaming.lake_files import delete_tree
+from lakehouse.streaming.positions import StreamBinding, commit_metadata, parse_metadata
+from lakehouse.streaming.runner import after_bronze, in_flow_pool, run_flow
+from lakehouse.streaming.sinks import append_once
+from lakehouse.streaming.sources import read_kafka_stream
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 from pyspark.sql import SparkSession
 
-from streaming.context import FlowContext
-from streaming.flows import Flow
-from streaming.runner import FlowRun, run_flow
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import Flow
+from lakehouse.streaming.runner import FlowRun, run_flow
 
 
 @dataclass

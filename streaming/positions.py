@@ -59,12 +59,12 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from streaming.delta_log import table_id
-from streaming.lake_files import hadoop_fs, has_delta_log
+from lakehouse.streaming.delta_log import table_id
+from lakehouse.streaming.lake_files import hadoop_fs, has_delta_log
 
 if TYPE_CHECKING:
-    from streaming.context import FlowContext
-    from streaming.flows import Flow
+    from lakehouse.streaming.context import FlowContext
+    from lakehouse.streaming.flows import Flow
 
 log = logging.getLogger(__name__)
 

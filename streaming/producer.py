@@ -11,8 +11,8 @@ from typing import Callable, Iterable
 
 from confluent_kafka import KafkaError, Producer
 
-from streaming.generator import GeneratedRecord
-from streaming.kafka_topics import admin_client, check_topics_exist
+from lakehouse.streaming.generator import GeneratedRecord
+from lakehouse.streaming.kafka_topics import admin_client, check_topics_exist
 
 log = logging.getLogger(__name__)
 

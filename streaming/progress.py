@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.streaming import StreamingQueryListener
 
-from schemas.tables import STREAM_PROGRESS
+from lakehouse.schemas.tables import STREAM_PROGRESS
 
 log = logging.getLogger(__name__)
 

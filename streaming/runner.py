@@ -13,21 +13,21 @@ from typing import Any, Callable, TypeVar
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from schemas.tables import TableSpec
-from schemas.topics import TopicSpec
-from streaming.context import FlowContext
-from streaming.delta_log import Commit, commits_after, table_version
-from streaming.flows import Flow
-from streaming.kafka_topics import KafkaUnreachable, admin_client
-from streaming.lake_files import children, has_delta_log
-from streaming.gold_batches import GoldBatchStats
-from streaming.positions import (
+from lakehouse.schemas.tables import TableSpec
+from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.delta_log import Commit, commits_after, table_version
+from lakehouse.streaming.flows import Flow
+from lakehouse.streaming.kafka_topics import KafkaUnreachable, admin_client
+from lakehouse.streaming.lake_files import children, has_delta_log
+from lakehouse.streaming.gold_batches import GoldBatchStats
+from lakehouse.streaming.positions import (
     Recorded, StreamBinding, bronze_positions, commit_metadata, describe, inspect_checkpoint, is_exact_version,
     kafka_starting_offsets, move_aside, rebuild_checkpoint, resume_point, table_id,
 )
-from streaming.progress import progress_row
-from streaming.silver_batches import SilverBatchStats
-from streaming.sources import read_delta_stream, read_kafka_stream, stream_path
+from lakehouse.streaming.progress import progress_row
+from lakehouse.streaming.silver_batches import SilverBatchStats
+from lakehouse.streaming.sources import read_delta_stream, read_kafka_stream, stream_path
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -31,14 +31,14 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from schemas.events import EventSchema
-from schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
-from streaming.context import FlowContext, QualityGate, instant_of, iso_micros, timestamp_literal
-from streaming.delta_log import last_commit, table_version
-from streaming.lake_files import has_delta_log
-from streaming.positions import RecordsPositions, parse_metadata
-from streaming.sinks import StateWarmer, append_once
-from streaming.transforms.silver import to_late_arrivals, to_quarantine, to_silver
+from lakehouse.schemas.events import EventSchema
+from lakehouse.schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
+from lakehouse.streaming.context import FlowContext, QualityGate, instant_of, iso_micros, timestamp_literal
+from lakehouse.streaming.delta_log import last_commit, table_version
+from lakehouse.streaming.lake_files import has_delta_log
+from lakehouse.streaming.positions import RecordsPositions, parse_metadata
+from lakehouse.streaming.sinks import StateWarmer, append_once
+from lakehouse.streaming.transforms.silver import to_late_arrivals, to_quarantine, to_silver
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from delta.tables import DeltaTable
 from pyspark import InheritableThread
 from pyspark.sql import DataFrame, SparkSession
 
-from schemas.tables import TableSpec
-from streaming.lake_files import has_delta_log
+from lakehouse.schemas.tables import TableSpec
+from lakehouse.streaming.lake_files import has_delta_log
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from schemas.tables import TableSpec
-from schemas.topics import TopicSpec
-from streaming.context import FlowContext
+from lakehouse.schemas.tables import TableSpec
+from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming.context import FlowContext
 
 
 def kafka_options(topic: TopicSpec, ctx: FlowContext) -> dict[str, str]:

@@ -11,11 +11,11 @@ import pytest
 # Before any test module imports great_expectations itself: without quality/__init__.py's guard, GX's probe
 # of Spark Connect exits an xdist worker (its __main__ has no __file__) with code 0, and pytest reports
 # "no tests ran" for a run of test_quality.py alone.
-import quality  # noqa: F401
-from infra.jars import fetch_jars
-from infra.kafka_broker import local_node
-from infra.settings import Settings
-from infra.spark import get_spark
+import lakehouse.quality  # noqa: F401
+from lakehouse.infra.jars import fetch_jars
+from lakehouse.infra.kafka_broker import local_node
+from lakehouse.infra.settings import Settings
+from lakehouse.infra.spark import get_spark
 
 
 def free_port() -> int:

@@ -18,8 +18,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from schemas import reasons
-from schemas.events import EventSchema
+from lakehouse.schemas import reasons
+from lakehouse.schemas.events import EventSchema
 
 LINEAGE = ("topic", "partition", "offset", "appended_at", "ingested_at")
 _SEAL_KEY = "__silver_seal__"

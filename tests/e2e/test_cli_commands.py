@@ -16,10 +16,10 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 import dagster as dg
 
-from orchestration.runs import COMMAND_TAG, dagster_instance
-from schemas import topics
-from streaming.generator import generate
-from streaming.kafka_topics import ensure_topics
+from lakehouse.orchestration.runs import COMMAND_TAG, dagster_instance
+from lakehouse.schemas import topics
+from lakehouse.streaming.generator import generate
+from lakehouse.streaming.kafka_topics import ensure_topics
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
@@ -76,7 +76,7 @@ def test_topics_produce_status_run_and_sql(broker):
     instance = dagster_instance(broker)
     [run] = [r.dagster_run for r in instance.get_run_records(dg.RunsFilter(job_name="catch_up"))]
     assert run.tags[COMMAND_TAG] == "lakehouse run bronze_orders bronze_page_views"
-    assert run.remote_job_origin.location_name == "orchestration.definitions"
+    assert run.remote_job_origin.location_name == "lakehouse.orchestration.definitions"
     assert f"run {run.run_id} of job catch_up" in ran.stdout
     [mat] = instance.fetch_materializations(dg.AssetKey("bronze_orders"), limit=5).records
     assert mat.run_id == run.run_id

@@ -9,15 +9,15 @@ import dagster as dg
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from orchestration import runs
-from orchestration.assets import TOPIC_CHECK, build_assets, topic_key
-from orchestration.definitions import build_definitions, defs
-from orchestration.resources import build_resources
-from schemas import topics
-from streaming import flows
-from streaming.generator import Mix, generate
-from streaming.kafka_topics import admin_client
-from streaming.producer import produce
+from lakehouse.orchestration import runs
+from lakehouse.orchestration.assets import TOPIC_CHECK, build_assets, topic_key
+from lakehouse.orchestration.definitions import build_definitions, defs
+from lakehouse.orchestration.resources import build_resources
+from lakehouse.schemas import topics
+from lakehouse.streaming import flows
+from lakehouse.streaming.generator import Mix, generate
+from lakehouse.streaming.kafka_topics import admin_client
+from lakehouse.streaming.producer import produce
 
 pytestmark = pytest.mark.integration
 

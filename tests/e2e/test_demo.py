@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.kafka_broker import port_is_free
+from lakehouse.infra.kafka_broker import port_is_free
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration

@@ -14,13 +14,13 @@ import dagster as dg
 import great_expectations.expectations as gxe
 import pytest
 
-from orchestration import runs
-from orchestration.definitions import build_definitions
-from quality import suites
-from quality.report import build_data_docs
-from quality.suites import Expectation
-from schemas import topics
-from streaming.kafka_topics import ensure_topics
+from lakehouse.orchestration import runs
+from lakehouse.orchestration.definitions import build_definitions
+from lakehouse.quality import suites
+from lakehouse.quality.report import build_data_docs
+from lakehouse.quality.suites import Expectation
+from lakehouse.schemas import topics
+from lakehouse.streaming.kafka_topics import ensure_topics
 from tests.integration.test_bad_input import START, encode, order, page_view, send
 
 pytestmark = pytest.mark.integration

@@ -14,9 +14,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from infra.settings import Settings
-from orchestration import runs
-from orchestration.definitions import build_definitions
+from lakehouse.infra.settings import Settings
+from lakehouse.orchestration import runs
+from lakehouse.orchestration.definitions import build_definitions
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration

@@ -25,8 +25,8 @@ JVM = "starting a Spark session"     # what a process that starts Spark logs fir
 WARMED = "warmed up the run path in"
 MATERIALIZE = """
 import json, sys
-from infra.settings import Settings
-from orchestration import cli, runs
+from lakehouse.infra.settings import Settings
+from lakehouse.cli import main as cli, runs
 settings = Settings.from_env()
 cli._setup_logging(settings, verbose=False, quiet=True)
 asset, days = sys.argv[1], tuple(sys.argv[2:]) or None

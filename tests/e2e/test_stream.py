@@ -17,19 +17,19 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from infra.settings import Settings
-from orchestration.assets import topic_key
-from orchestration.streams import (
+from lakehouse.infra.settings import Settings
+from lakehouse.orchestration.assets import topic_key
+from lakehouse.orchestration.streams import (
     FRESHNESS_CHECK, STREAM_TAG, build_stream_sensor, freshness_evaluation, lag_evaluation,
 )
-from schemas import tables, topics
-from streaming.context import FlowContext
-from streaming.flows import BY_NAME
-from streaming.generator import Mix, generate
-from streaming.health import latest_version, stream_health
-from streaming.kafka_topics import ensure_topics
-from streaming.producer import produce
-from streaming.runner import run_flow
+from lakehouse.schemas import tables, topics
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import BY_NAME
+from lakehouse.streaming.generator import Mix, generate
+from lakehouse.streaming.health import latest_version, stream_health
+from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.producer import produce
+from lakehouse.streaming.runner import run_flow
 
 pytestmark = pytest.mark.integration
 

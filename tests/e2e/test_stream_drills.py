@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 
 from bench.drills import DrillReport, run_broker_loss, run_crash
-from infra.kafka_broker import local_node
-from infra.settings import Settings
-from schemas import topics
-from streaming.kafka_topics import ensure_topics
+from lakehouse.infra.kafka_broker import local_node
+from lakehouse.infra.settings import Settings
+from lakehouse.schemas import topics
+from lakehouse.streaming.kafka_topics import ensure_topics
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration

@@ -74,14 +74,14 @@ def test_ui_serves_the_assets_and_stops_by_pid(jars_dir, tmp_path):
             if assets is None:
                 time.sleep(1)
         assert assets, "the UI did not serve the assets in time"
-        from orchestration.definitions import defs
+        from lakehouse.orchestration.definitions import defs
 
         assert set(assets) == {s.key.to_user_string() for s in defs.resolve_all_asset_specs()}
         assert assets["silver_orders"] == "silver" and assets["kafka/shop_orders_v1"] == "kafka"
         assert (home / "dagster" / "dagster.yaml").exists()
     finally:
         os.kill(ui_pid, signal.SIGTERM)  # what `kill PID` sends
-    dagster_dev = f"dagster dev -m orchestration.definitions -h 127.0.0.1 -p {port}"  # DAGSTER_HOME is in its env only
+    dagster_dev = f"dagster dev -m lakehouse.orchestration.definitions -h 127.0.0.1 -p {port}"  # DAGSTER_HOME is in its env only
 
     def survivors() -> list[int]:
         return _processes_mentioning(marker) + _processes_mentioning(dagster_dev)

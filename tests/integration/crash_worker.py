@@ -2,11 +2,11 @@
 
 import sys
 
-from infra.settings import Settings
-from infra.spark import get_spark
-from streaming.context import FlowContext
-from streaming.flows import BY_NAME
-from streaming.runner import start_flow
+from lakehouse.infra.settings import Settings
+from lakehouse.infra.spark import get_spark
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import BY_NAME
+from lakehouse.streaming.runner import start_flow
 
 if __name__ == "__main__":
     home, jars_dir, lake_root, bootstrap, flow_name = sys.argv[1:6]

@@ -16,12 +16,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from confluent_kafka import Producer
 
-from schemas import tables, topics
-from streaming.context import FlowContext
-from streaming.flows import BY_NAME
-from streaming.generator import Mix, generate, iso
-from streaming.kafka_topics import admin_client, ensure_topics
-from streaming.runner import run_flow
+from lakehouse.schemas import tables, topics
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import BY_NAME
+from lakehouse.streaming.generator import Mix, generate, iso
+from lakehouse.streaming.kafka_topics import admin_client, ensure_topics
+from lakehouse.streaming.runner import run_flow
 from tests.integration.other_engines import read_with_delta_rs_and_duckdb
 
 pytestmark = pytest.mark.integration

@@ -18,12 +18,12 @@ import pytest
 
 from bench.bad_records import GOOD, OUTCOMES, TOPICS, corpus, encode
 from bench.drill_bad_input import Outgoing, compare, from_bad, read_lake, send, settle
-from schemas import reasons, topics
-from schemas.sources import BY_TOPIC
-from streaming.context import FlowContext
-from streaming.flows import BY_NAME
-from streaming.kafka_topics import ensure_topics
-from streaming.runner import start_flow
+from lakehouse.schemas import reasons, topics
+from lakehouse.schemas.sources import BY_TOPIC
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import BY_NAME
+from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.runner import start_flow
 
 pytestmark = pytest.mark.integration
 

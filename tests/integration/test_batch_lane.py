@@ -18,16 +18,16 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from batch.backfill import backfill, backfill_flow
-from batch.lineage import batch_flows
-from batch.verify import verify
-from schemas import tables, topics
-from streaming.context import FlowContext
-from streaming.flows import FLOWS
-from streaming.generator import Mix, ShopGenerator
-from streaming.kafka_topics import ensure_topics
-from streaming.producer import produce
-from streaming.parallel_runs import run_flows
+from lakehouse.batch.backfill import backfill, backfill_flow
+from lakehouse.batch.lineage import batch_flows
+from lakehouse.batch.verify import verify
+from lakehouse.schemas import tables, topics
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import FLOWS
+from lakehouse.streaming.generator import Mix, ShopGenerator
+from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.producer import produce
+from lakehouse.streaming.parallel_runs import run_flows
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.kafka_broker import BrokerAlreadyRunning, BrokerError, KafkaNode, local_node
+from lakehouse.infra.kafka_broker import BrokerAlreadyRunning, BrokerError, KafkaNode, local_node
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from infra.kafka_broker import local_node
-from schemas import tables, topics
-from streaming.context import FlowContext
-from streaming.flows import BY_NAME
-from streaming.generator import Mix, generate
-from streaming.kafka_topics import ensure_topics
-from streaming.producer import produce
-from streaming.runner import KafkaLost, run_flow
+from lakehouse.infra.kafka_broker import local_node
+from lakehouse.schemas import tables, topics
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import BY_NAME
+from lakehouse.streaming.generator import Mix, generate
+from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.producer import produce
+from lakehouse.streaming.runner import KafkaLost, run_flow
 
 pytestmark = pytest.mark.integration
 

@@ -22,18 +22,18 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from schemas import sources, tables, topics
-from schemas.tables import TableSpec
-from streaming.context import FlowContext
-from streaming.delta_log import last_commit
-from streaming.flows import BY_NAME, Flow
-from streaming.generator import Mix, generate
-from streaming.gold_steps import join_state_rows
-from streaming.kafka_topics import ensure_topics
-from streaming.positions import RecordsPositions, commit_metadata, recorded_positions, reset_checkpoint
-from streaming.producer import produce
-from streaming.runner import run_flow
-from streaming.sinks import append_once
+from lakehouse.schemas import sources, tables, topics
+from lakehouse.schemas.tables import TableSpec
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.delta_log import last_commit
+from lakehouse.streaming.flows import BY_NAME, Flow
+from lakehouse.streaming.generator import Mix, generate
+from lakehouse.streaming.gold_steps import join_state_rows
+from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.positions import RecordsPositions, commit_metadata, recorded_positions, reset_checkpoint
+from lakehouse.streaming.producer import produce
+from lakehouse.streaming.runner import run_flow
+from lakehouse.streaming.sinks import append_once
 
 pytestmark = pytest.mark.integration
 

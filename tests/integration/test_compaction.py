@@ -22,20 +22,20 @@ import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from delta.tables import DeltaTable
 
-from batch.maintenance import compact_table, layout, vacuum_table
-from infra.retention import DAY_MS, DELETED_FILES, duration_ms
-from orchestration import cli
-from orchestration.definitions import build_definitions
-from orchestration.maintenance import JOB, TABLE_RETENTION_CHECK, TOPIC_RETENTION_CHECK
-from orchestration.resources import build_resources
-from schemas import sources, tables, topics
-from streaming.context import FlowContext
-from streaming.flows import BY_NAME
-from streaming.generator import Mix, ShopGenerator, generate
-from streaming.kafka_topics import admin_client, ensure_topics
-from streaming.producer import produce
-from streaming.runner import run_flow, start_flow
-from streaming.sources import read_delta_stream
+from lakehouse.batch.maintenance import compact_table, layout, vacuum_table
+from lakehouse.infra.retention import DAY_MS, DELETED_FILES, duration_ms
+from lakehouse.cli import main as cli
+from lakehouse.orchestration.definitions import build_definitions
+from lakehouse.orchestration.maintenance import JOB, TABLE_RETENTION_CHECK, TOPIC_RETENTION_CHECK
+from lakehouse.orchestration.resources import build_resources
+from lakehouse.schemas import sources, tables, topics
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import BY_NAME
+from lakehouse.streaming.generator import Mix, ShopGenerator, generate
+from lakehouse.streaming.kafka_topics import admin_client, ensure_topics
+from lakehouse.streaming.producer import produce
+from lakehouse.streaming.runner import run_flow, start_flow
+from lakehouse.streaming.sources import read_delta_stream
 
 pytestmark = pytest.mark.integration
 

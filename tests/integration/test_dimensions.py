@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from schemas import sources, topics
-from streaming.context import FlowContext
-from streaming.flows import BY_NAME
-from streaming.generator import GeneratedRecord, Mix, ShopGenerator, iso
-from streaming.kafka_topics import ensure_topics
-from streaming.producer import produce
-from streaming.runner import run_flow
-from streaming.transforms.dimensions import enrich_as_of
+from lakehouse.schemas import sources, topics
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import BY_NAME
+from lakehouse.streaming.generator import GeneratedRecord, Mix, ShopGenerator, iso
+from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.producer import produce
+from lakehouse.streaming.runner import run_flow
+from lakehouse.streaming.transforms.dimensions import enrich_as_of
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.class_archive import build, usable_archive
+from lakehouse.infra.class_archive import build, usable_archive
 
 pytestmark = pytest.mark.integration
 

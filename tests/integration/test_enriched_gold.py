@@ -17,13 +17,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pyspark.sql import functions as F
 
-from schemas import sources, tables, topics
-from streaming.context import FlowContext
-from streaming.flows import BY_NAME
-from streaming.generator import GeneratedRecord, Mix, ShopGenerator, iso
-from streaming.kafka_topics import ensure_topics
-from streaming.producer import produce
-from streaming.runner import run_flow
+from lakehouse.schemas import sources, tables, topics
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import BY_NAME
+from lakehouse.streaming.generator import GeneratedRecord, Mix, ShopGenerator, iso
+from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.producer import produce
+from lakehouse.streaming.runner import run_flow
 
 pytestmark = pytest.mark.integration
 

@@ -16,13 +16,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pyspark.sql import functions as F
 
-from schemas import sources, tables
-from streaming.context import FlowContext
-from streaming.flows import BY_NAME
-from streaming.generator import GeneratedRecord
-from streaming.kafka_topics import ensure_topics
-from streaming.parallel_runs import run_flows
-from streaming.producer import produce
+from lakehouse.schemas import sources, tables
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import BY_NAME
+from lakehouse.streaming.generator import GeneratedRecord
+from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.parallel_runs import run_flows
+from lakehouse.streaming.producer import produce
 
 pytestmark = pytest.mark.integration
 

@@ -10,20 +10,20 @@ from datetime import datetime, timezone
 
 import pytest
 
-import streaming.silver_batches as silver_batches
-from schemas import tables, topics
-from streaming.context import FlowContext
-from streaming.continuous import Supervisor
-from streaming.delta_log import commits_after
-from streaming.flows import BY_NAME
-from streaming.generator import Mix, generate
-from streaming.health import stream_health
-from streaming.kafka_topics import ensure_topics
-from streaming.lake_files import has_delta_log
-from streaming.one_hop import checkpoint as one_hop_checkpoint
-from streaming.positions import parse_metadata, read_text
-from streaming.producer import produce
-from streaming.runner import run_flow
+import lakehouse.streaming.silver_batches as silver_batches
+from lakehouse.schemas import tables, topics
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.continuous import Supervisor
+from lakehouse.streaming.delta_log import commits_after
+from lakehouse.streaming.flows import BY_NAME
+from lakehouse.streaming.generator import Mix, generate
+from lakehouse.streaming.health import stream_health
+from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.lake_files import has_delta_log
+from lakehouse.streaming.one_hop import checkpoint as one_hop_checkpoint
+from lakehouse.streaming.positions import parse_metadata, read_text
+from lakehouse.streaming.producer import produce
+from lakehouse.streaming.runner import run_flow
 
 pytestmark = pytest.mark.integration
 

@@ -10,12 +10,12 @@ import dagster as dg
 import pytest
 from confluent_kafka import Producer
 
-from orchestration.assets import build_assets
-from orchestration.catch_up import build_catch_up_job
-from orchestration.resources import build_resources
-from schemas import tables
-from schemas.sources import Source
-from streaming.flows import build_flows
+from lakehouse.orchestration.assets import build_assets
+from lakehouse.orchestration.catch_up import build_catch_up_job
+from lakehouse.orchestration.resources import build_resources
+from lakehouse.schemas import tables
+from lakehouse.schemas.sources import Source
+from lakehouse.streaming.flows import build_flows
 
 pytestmark = pytest.mark.integration
 

@@ -10,14 +10,14 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from schemas import sources, tables, topics
-from streaming.context import FlowContext
-from streaming.flows import FLOWS
-from streaming.generator import Mix, generate
-from streaming.kafka_topics import ensure_topics
-from streaming.producer import produce
-from streaming.parallel_runs import run_flows
-from streaming.runner import run_flow
+from lakehouse.schemas import sources, tables, topics
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import FLOWS
+from lakehouse.streaming.generator import Mix, generate
+from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.producer import produce
+from lakehouse.streaming.parallel_runs import run_flows
+from lakehouse.streaming.runner import run_flow
 
 pytestmark = pytest.mark.integration
 

@@ -16,13 +16,13 @@ import great_expectations.expectations as gxe
 import pytest
 from pyspark.sql import Row
 
-from quality.evaluate import evaluate
-from quality.gate import Gate
-from quality.report import build_data_docs, summarize
-from quality.suites import Expectation, Suite, build_suites
-from schemas import tables, topics
-from streaming.context import FlowContext
-from streaming.runner import QualityStopped
+from lakehouse.quality.evaluate import evaluate
+from lakehouse.quality.gate import Gate
+from lakehouse.quality.report import build_data_docs, summarize
+from lakehouse.quality.suites import Expectation, Suite, build_suites
+from lakehouse.schemas import tables, topics
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.runner import QualityStopped
 from tests.integration.test_bad_input import START, encode, kafka, order, rows, run, send  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
@@ -175,8 +175,8 @@ def test_whole_table_rules_find_a_lost_record_an_orphan_payment_and_stale_data(s
     """Accounting holds after a run and breaks when a silver row vanishes; an orphan payment warns; freshness by age."""
     from delta.tables import DeltaTable
 
-    from quality.table_checks import freshness, gold_accounting, payment_references, silver_accounting
-    from schemas import sources
+    from lakehouse.quality.table_checks import freshness, gold_accounting, payment_references, silver_accounting
+    from lakehouse.schemas import sources
 
     ctx = gated(tmp_path, kafka.kafka_bootstrap)
     orders = [order(f"a-{i}", START + timedelta(seconds=i)) for i in range(6)]
@@ -210,8 +210,8 @@ def test_whole_table_rules_find_a_lost_record_an_orphan_payment_and_stale_data(s
 def test_a_backfill_checks_each_daily_partition_it_writes(spark, kafka, tmp_path):
     """The batch lane's results: one validation per event date the backfill writes, named by the date."""
 
-    from batch.backfill import backfill_flow
-    from streaming.flows import BY_NAME
+    from lakehouse.batch.backfill import backfill_flow
+    from lakehouse.streaming.flows import BY_NAME
 
     ctx = gated(tmp_path, kafka.kafka_bootstrap)
     days = [START, START + timedelta(days=1)]

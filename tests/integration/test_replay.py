@@ -14,16 +14,16 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from batch.replay import BadReplay, StartingPoint, compare, replay, swap
-from schemas import sources, tables, topics
-from streaming import flows as registry
-from streaming.context import FlowContext
-from streaming.flows import BY_NAME
-from streaming.generator import Mix, generate
-from streaming.kafka_topics import ensure_topics
-from streaming.producer import produce
-from streaming.runner import run_flow
-from streaming.transforms import gold
+from lakehouse.batch.replay import BadReplay, StartingPoint, compare, replay, swap
+from lakehouse.schemas import sources, tables, topics
+from lakehouse.streaming import flows as registry
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import BY_NAME
+from lakehouse.streaming.generator import Mix, generate
+from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.producer import produce
+from lakehouse.streaming.runner import run_flow
+from lakehouse.streaming.transforms import gold
 
 pytestmark = pytest.mark.integration
 

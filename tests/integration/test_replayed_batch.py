@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from batch.maintenance import compact_table
-from schemas import topics
-from schemas.tables import GOLD_REVENUE_PER_MINUTE, LATE_ARRIVALS, SILVER_ORDERS
-from streaming.context import FlowContext
-from streaming.delta_log import last_commit
-from streaming.flows import BY_NAME
-from streaming.generator import generate, iso
-from streaming.gold_batches import StaleGoldTable
-from streaming.lake_files import has_delta_log
-from streaming.transforms.bronze import to_bronze
+from lakehouse.batch.maintenance import compact_table
+from lakehouse.schemas import topics
+from lakehouse.schemas.tables import GOLD_REVENUE_PER_MINUTE, LATE_ARRIVALS, SILVER_ORDERS
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.delta_log import last_commit
+from lakehouse.streaming.flows import BY_NAME
+from lakehouse.streaming.generator import generate, iso
+from lakehouse.streaming.gold_batches import StaleGoldTable
+from lakehouse.streaming.lake_files import has_delta_log
+from lakehouse.streaming.transforms.bronze import to_bronze
 
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
 SCHEMA = "event_id string, occurred_at timestamp, currency string, total_cents bigint, item_count int, " \

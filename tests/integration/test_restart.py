@@ -17,14 +17,14 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from schemas import tables, topics
-from streaming.context import FlowContext
-from streaming.flows import BY_NAME
-from streaming.generator import Mix, generate, iso
-from streaming.lake_files import has_delta_log
-from streaming.kafka_topics import ensure_topics
-from streaming.producer import produce
-from streaming.runner import run_flow, start_flow
+from lakehouse.schemas import tables, topics
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import BY_NAME
+from lakehouse.streaming.generator import Mix, generate, iso
+from lakehouse.streaming.lake_files import has_delta_log
+from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.producer import produce
+from lakehouse.streaming.runner import run_flow, start_flow
 
 pytestmark = pytest.mark.integration
 

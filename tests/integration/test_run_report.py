@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from delta.tables import DeltaTable
 
-from streaming.delta_log import commits_after, last_commit, table_id, table_version
-from streaming.runner import describe_commits, rows_written
+from lakehouse.streaming.delta_log import commits_after, last_commit, table_id, table_version
+from lakehouse.streaming.runner import describe_commits, rows_written
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ from datetime import timedelta
 
 from pyspark.sql import functions as F
 
-from schemas.tables import LATE_ARRIVALS, SILVER_ORDERS
-from streaming.context import FlowContext
-from streaming.flows import BY_NAME
+from lakehouse.schemas.tables import LATE_ARRIVALS, SILVER_ORDERS
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.flows import BY_NAME
 from tests.integration.test_gold_pruning import remove_files_before
 from tests.integration.test_replayed_batch import T0, bronze_orders
 

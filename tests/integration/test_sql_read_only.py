@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from delta.tables import DeltaTable
 
-from orchestration.sql import SqlError, run_sql
-from schemas import tables
+from lakehouse.orchestration.sql import SqlError, run_sql
+from lakehouse.schemas import tables
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from delta.tables import DeltaTable
 
-from batch.catalog import table_history
-from orchestration.sql import SqlError, history, run_sql
-from schemas import tables
+from lakehouse.batch.catalog import table_history
+from lakehouse.orchestration.sql import SqlError, history, run_sql
+from lakehouse.schemas import tables
 
 pytestmark = pytest.mark.integration
 

@@ -6,10 +6,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from batch.lineage import UnknownTable, batch_flows, with_downstream
-from orchestration.cli import main
-from orchestration.definitions import reconcile_range
-from streaming.flows import FLOWS
+from lakehouse.batch.lineage import UnknownTable, batch_flows, with_downstream
+from lakehouse.cli.main import main
+from lakehouse.orchestration.definitions import reconcile_range
+from lakehouse.streaming.flows import FLOWS
 
 
 def test_downstream_of_silver_orders_is_every_table_that_reads_orders_in_run_order():
@@ -63,17 +63,17 @@ def test_a_backfill_run_on_the_endpoint_moves_the_commands_progress_bar_and_writ
     import logging
     import threading
 
-    from orchestration.batch_cli import Bar
-    from orchestration.served_runs import _Forward, _replay_record
+    from lakehouse.cli.batch import Bar
+    from lakehouse.orchestration.served_runs import _Forward, _replay_record
 
     sent: list[dict] = []
-    batch_log = logging.getLogger("batch")
+    batch_log = logging.getLogger("lakehouse.batch")
     forward, level = _Forward(sent.append), batch_log.level
     batch_log.addHandler(forward)
     batch_log.setLevel(logging.INFO)   # as the endpoint's logging is set up
     try:
-        logging.getLogger("batch.backfill").info("backfill silver_orders 2026-11-22..2026-11-23: +0 ~0 -0 rows")
-        other = threading.Thread(target=lambda: logging.getLogger("batch.backfill").info("another run's line"))
+        logging.getLogger("lakehouse.batch.backfill").info("backfill silver_orders 2026-11-22..2026-11-23: +0 ~0 -0 rows")
+        other = threading.Thread(target=lambda: logging.getLogger("lakehouse.batch.backfill").info("another run's line"))
         other.start()
         other.join()
     finally:
@@ -86,7 +86,7 @@ def test_a_backfill_run_on_the_endpoint_moves_the_commands_progress_bar_and_writ
     root_handler.emit = lambda record: root_lines.append(record.getMessage())
     logging.getLogger().addHandler(root_handler)
     try:
-        with Bar("batch.backfill", 2):
+        with Bar("lakehouse.batch.backfill", 2):
             for message in sent:
                 _replay_record(*message["record"])
     finally:

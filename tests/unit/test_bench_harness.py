@@ -103,7 +103,7 @@ def test_ingest_profile_reports_each_step_as_its_share_of_the_bronze_flows_time(
     from datetime import datetime, timezone
 
     from bench import ingest
-    from schemas import topics
+    from lakehouse.schemas import topics
 
     seconds = {"bronze": [10.0, 12.0, 8.0], "bare": [8.0, 9.0, 6.0], "bare_capped": [9.0, 9.5, 7.0],
                "bare_headers": [8.5, 9.6, 6.4],
@@ -207,7 +207,7 @@ def test_pipeline_marginal_of_a_floor_is_its_gold_stage_round_by_round():
 def test_pipeline_against_changes_one_setting_as_the_environment_would_and_refuses_others(tmp_path):
     """--against LAKEHOUSE_NAME=VALUE parses VALUE as that setting; an unknown name or bad value stops the bench."""
     from bench.pipeline import against_setting
-    from infra.settings import Settings
+    from lakehouse.infra.settings import Settings
 
     base = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)})
     other = against_setting("LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS=500", base)

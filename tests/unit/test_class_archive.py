@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from infra import class_archive
-from infra import jars as jars_module
-from infra.settings import Settings
-from infra.spark import spark_conf
+from lakehouse.infra import class_archive
+from lakehouse.infra import jars as jars_module
+from lakehouse.infra.settings import Settings
+from lakehouse.infra.spark import spark_conf
 
 
 @pytest.fixture

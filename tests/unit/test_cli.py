@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from orchestration import cli
+from lakehouse.cli import main as cli
 
 SUBCOMMANDS = ("setup", "kafka", "topics", "produce", "run", "sql", "history", "ui", "demo", "settings")
 
@@ -105,12 +105,12 @@ def test_settings_lists_every_variable_with_its_value(clean_env, capsys, tmp_pat
 
 def test_produce_with_an_invalid_share_fails_before_touching_kafka(clean_env, capsys):
     """`lakehouse produce --malformed 2` returns 2 with one error line and never builds a producer."""
-    import streaming.producer
+    from lakehouse.streaming import producer as streaming_producer
 
     attempts = []
     clean_env.setenv("LAKEHOUSE_KAFKA_BOOTSTRAP", "127.0.0.1:1")
-    clean_env.setattr(streaming.producer, "produce", lambda *a, **k: attempts.append("produce"))
-    clean_env.setattr(streaming.producer, "Producer", lambda *a, **k: attempts.append("Producer"))
+    clean_env.setattr(streaming_producer, "produce", lambda *a, **k: attempts.append("produce"))
+    clean_env.setattr(streaming_producer, "Producer", lambda *a, **k: attempts.append("Producer"))
     assert cli.main(["produce", "--malformed", "2"]) == 2
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()

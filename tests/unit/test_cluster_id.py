@@ -6,7 +6,7 @@ import base64
 import re
 import uuid
 
-from infra.kafka_broker import new_cluster_id
+from lakehouse.infra.kafka_broker import new_cluster_id
 
 
 def test_cluster_ids_never_start_with_a_dash():

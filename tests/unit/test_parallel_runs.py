@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from streaming.flows import FLOWS
-from streaming.parallel_runs import run_flows, upstream
-from streaming.runner import FlowRun
+from lakehouse.streaming.flows import FLOWS
+from lakehouse.streaming.parallel_runs import run_flows, upstream
+from lakehouse.streaming.runner import FlowRun
 
 WRITER = {t.name: f.name for f in FLOWS for t in (f.target, *f.also_writes) if t.name not in ("quarantine", "late_arrivals")}
 

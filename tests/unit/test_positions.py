@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.positions import BatchRecord
+from lakehouse.streaming.positions import BatchRecord
 
 
 def record(**sources):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quality.gate import Gate
+from lakehouse.quality.gate import Gate
 
 
 class CountingRecorder:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from infra.settings import Settings
-from orchestration.cli import build_parser
+from lakehouse.infra.settings import Settings
+from lakehouse.cli.main import build_parser
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

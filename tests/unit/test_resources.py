@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from infra.settings import Settings
-from infra.spark import spark_conf
-from orchestration.resources import build_resources
+from lakehouse.infra.settings import Settings
+from lakehouse.infra.spark import spark_conf
+from lakehouse.orchestration.resources import build_resources
 
 
 def test_secret_spark_settings_stay_out_of_resource_config(tmp_path):
@@ -34,8 +34,8 @@ def test_a_dagster_runs_spark_session_gets_the_clis_spark_configuration(tmp_path
 
 def test_every_spark_read_of_a_topic_gets_the_kafka_fetch_wait_setting(tmp_path):
     """LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS reaches the Kafka options of the flows' reads; the default is short."""
-    from schemas import topics
-    from streaming.sources import kafka_options
+    from lakehouse.schemas import topics
+    from lakehouse.streaming.sources import kafka_options
 
     def fetch_wait(settings: Settings) -> str:
         resources = build_resources(settings)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from infra.retention import (
+from lakehouse.infra.retention import (
     DAY_MS, DELETED_FILES, HOUR_MS, LOG, check_session_defaults, check_table, check_topic, duration_ms, shown,
     table_defaults, vacuum_blocker,
 )
-from infra.settings import Settings, SettingsError
-from infra.spark import spark_conf
-from schemas import topics
+from lakehouse.infra.settings import Settings, SettingsError
+from lakehouse.infra.spark import spark_conf
+from lakehouse.schemas import topics
 
 WEEK = 7 * DAY_MS
 BOOT = "127.0.0.1:9092"

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from infra.settings import Settings, SettingsError
+from lakehouse.infra.settings import Settings, SettingsError
 
 HOME = "/srv/lakehouse-home"
 
@@ -129,7 +129,7 @@ def test_spark_conf_is_parsed_into_a_dict():
 
 def test_java_options_reach_the_driver_after_the_projects_own(tmp_path, jars_dir):
     """The driver JVM gets the throughput collector by default, another value instead of it, the logging options always."""
-    from infra.spark import spark_conf
+    from lakehouse.infra.spark import spark_conf
 
     def options(**given) -> str:
         settings = Settings(home=str(tmp_path), jars_dir=jars_dir, spark_class_archive=False, **given)

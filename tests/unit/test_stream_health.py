@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from streaming.context import FlowContext
-from streaming.continuous import UnknownTable, _first_line, flows_for
-from streaming.flows import BY_NAME, FLOWS
-from streaming.health import committed_batch, flow_health, latest_version
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.continuous import UnknownTable, _first_line, flows_for
+from lakehouse.streaming.flows import BY_NAME, FLOWS
+from lakehouse.streaming.health import committed_batch, flow_health, latest_version
 
 
 def test_a_named_table_brings_the_flows_it_reads_from_in_order():
@@ -82,9 +82,9 @@ def test_end_offsets_without_a_broker_is_one_sentence():
     """`lakehouse status` with no broker at the address: KafkaUnreachable's sentence, not a client traceback."""
     import pytest
 
-    from schemas import topics
-    from streaming.health import end_offsets
-    from streaming.kafka_topics import KafkaUnreachable
+    from lakehouse.schemas import topics
+    from lakehouse.streaming.health import end_offsets
+    from lakehouse.streaming.kafka_topics import KafkaUnreachable
     from tests.conftest import free_port
 
     address = f"127.0.0.1:{free_port()}"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from infra.settings import Settings
-from orchestration.stream_cli import pid_file, running_stream, streamed_flows
+from lakehouse.infra.settings import Settings
+from lakehouse.cli.stream import pid_file, running_stream, streamed_flows
 
 
 def test_the_pid_file_names_the_process_and_its_flows(tmp_path):

@@ -6,11 +6,11 @@ import argparse
 
 import pytest
 
-from infra.settings import Settings, SettingsError
-from orchestration.stream_cli import cmd_stream
-from streaming.context import FlowContext
-from streaming.continuous import Supervisor
-from streaming.flows import FLOWS
+from lakehouse.infra.settings import Settings, SettingsError
+from lakehouse.cli.stream import cmd_stream
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.continuous import Supervisor
+from lakehouse.streaming.flows import FLOWS
 
 
 def test_a_flow_takes_its_own_trigger_else_its_layers_else_the_streams(tmp_path):
@@ -41,7 +41,7 @@ def test_a_trigger_for_no_layer_or_flow_stops_the_command_before_spark_starts(tm
 
 
 def test_a_stream_with_more_flows_than_a_local_master_serves_is_told_so_in_one_sentence(monkeypatch):
-    from orchestration.stream_cli import FLOWS_PER_CORE, crowded, local_cores
+    from lakehouse.cli.stream import FLOWS_PER_CORE, crowded, local_cores
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert [local_cores(m) for m in ("local", "local[3]", "local[*]", "local[4,2]", "spark://h:7077")] == \
@@ -56,8 +56,8 @@ def test_a_stream_with_more_flows_than_a_local_master_serves_is_told_so_in_one_s
 
 
 def test_the_triggers_the_warning_proposes_are_a_valid_setting():
-    from infra.settings import Settings
-    from orchestration.stream_cli import SIZED_TRIGGERS
+    from lakehouse.infra.settings import Settings
+    from lakehouse.cli.stream import SIZED_TRIGGERS
 
     name, value = SIZED_TRIGGERS.split("=", 1)
     triggers = Settings.from_env({name: value.strip("'")}).stream_triggers

@@ -2,7 +2,7 @@
 
 from datetime import datetime, timezone
 
-from streaming.context import iso_micros, timestamp_literal
+from lakehouse.streaming.context import iso_micros, timestamp_literal
 
 
 def test_a_timestamp_literal_keeps_every_microsecond():

@@ -24,13 +24,13 @@ from pyspark.sql.types import (
 )
 from pyspark.testing import assertDataFrameEqual
 
-from streaming.transforms.bronze import to_bronze
-from streaming.transforms.gold import (
+from lakehouse.streaming.transforms.bronze import to_bronze
+from lakehouse.streaming.transforms.gold import (
     to_order_velocity, to_page_views_per_product_minute, to_product_page_views, to_revenue_hopping,
     to_revenue_per_minute, to_sessions,
 )
-from schemas.events import ORDERS_V1, PAGE_VIEWS_V1
-from streaming.transforms.silver import parse_events, to_quarantine, to_silver
+from lakehouse.schemas.events import ORDERS_V1, PAGE_VIEWS_V1
+from lakehouse.streaming.transforms.silver import parse_events, to_quarantine, to_silver
 
 
 def parse_orders(bronze, **bounds):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from infra.settings import Settings
+from lakehouse.infra.settings import Settings
 
 
 def quality_report(settings: Settings, spark) -> tuple[list[tuple], str | None]:
     """The summary rows per table and the path of the Data Docs' index.html (None: no results yet)."""
-    from quality.report import build_data_docs, summarize
-    from schemas.tables import QUALITY_RESULTS
+    from lakehouse.quality.report import build_data_docs, summarize
+    from lakehouse.schemas.tables import QUALITY_RESULTS
 
     rows = [(s.table, s.batches, s.expectations, s.failed_warn, s.failed_fail, s.dropped, s.last_validated_at,
              ", ".join(s.failing) or "-")
@@ -26,10 +26,10 @@ TREND = ("lakehouse sql \"SELECT table, date_trunc('hour', validated_at) AS hour
 
 
 def cmd_quality(settings: Settings, args: argparse.Namespace) -> int:
-    from infra.spark import get_spark
-    from orchestration.sql import format_table
+    from lakehouse.infra.spark import get_spark
+    from lakehouse.orchestration.sql import format_table
 
-    from orchestration.quality_checks import table_checks
+    from lakehouse.orchestration.quality_checks import table_checks
 
     spark = get_spark(settings, "lakehouse-quality")
     rows, index = quality_report(settings, spark)

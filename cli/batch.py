@@ -8,13 +8,13 @@ import shlex
 import sys
 from datetime import date
 
-from infra.settings import Settings
+from lakehouse.infra.settings import Settings
 
 log = logging.getLogger("lakehouse")
 
 
 def _instant(text: str):
-    from orchestration.cli import _instant as parse
+    from lakehouse.cli.main import _instant as parse
 
     return parse(text)
 
@@ -70,11 +70,11 @@ class Bar(logging.Handler):
 
 
 def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
-    from batch.lineage import batch_flows
-    from orchestration import runs
-    from orchestration.definitions import BACKFILL_JOB
-    from orchestration.partitions import is_partitioned
-    from orchestration.sql import format_table
+    from lakehouse.batch.lineage import batch_flows
+    from lakehouse.orchestration import runs
+    from lakehouse.orchestration.definitions import BACKFILL_JOB
+    from lakehouse.orchestration.partitions import is_partitioned
+    from lakehouse.orchestration.sql import format_table
 
     days = _days(args)
     assert days is not None
@@ -83,7 +83,7 @@ def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
     command = ["lakehouse", "backfill", "--from", days[0].isoformat(), "--to", days[1].isoformat(),
                *[word for table in args.table or () for word in ("--table", table)]]
     print(f"Backfilling {days[0]}..{days[1]} of {len(names)} tables: {', '.join(names)}", file=sys.stderr)
-    with Bar("batch.backfill", len(names)):
+    with Bar("lakehouse.batch.backfill", len(names)):
         result = runs.run_job(settings, BACKFILL_JOB, selection=names, partition_range=(days[0].isoformat(), days[1].isoformat()),
                               tags={runs.COMMAND_TAG: shlex.join(command)})
     meta = runs.materialized_metadata(result)
@@ -96,20 +96,20 @@ def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
 
 def _flow_context(settings: Settings):
     """The flows' context as the Dagster resources build it from the settings."""
-    from orchestration.resources import build_resources
+    from lakehouse.orchestration.resources import build_resources
 
     resources = build_resources(settings)
     return resources["lake"].flow_context(resources["kafka"])
 
 
 def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
-    from batch.verify import describe, verified_flows, verify
-    from infra.spark import get_spark
-    from orchestration.sql import format_table
+    from lakehouse.batch.verify import describe, verified_flows, verify
+    from lakehouse.infra.spark import get_spark
+    from lakehouse.orchestration.sql import format_table
 
     ctx = _flow_context(settings)
     spark = get_spark(settings, "lakehouse-verify")
-    with Bar("batch.verify", len(verified_flows(args.table or None))):
+    with Bar("lakehouse.batch.verify", len(verified_flows(args.table or None))):
         verdicts = verify(spark, ctx, args.table or None, days=_days(args), parallel=settings.catch_up_parallel)
     rows = [(v.table, v.status, v.diff.differences if v.diff else 0, v.explained, v.real, v.late_events)
             for v in verdicts]
@@ -138,10 +138,10 @@ def _offsets(text: str) -> dict[int, int]:
 
 
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
-    from batch.lineage import with_downstream
-    from batch.replay import StartingPoint, compare, replay, swap
-    from infra.spark import get_spark
-    from orchestration.sql import format_table
+    from lakehouse.batch.lineage import with_downstream
+    from lakehouse.batch.replay import StartingPoint, compare, replay, swap
+    from lakehouse.infra.spark import get_spark
+    from lakehouse.orchestration.sql import format_table
 
     start = StartingPoint(version=args.from_version, timestamp=args.from_timestamp, offsets=args.from_offsets,
                           kafka_timestamp=args.from_kafka_timestamp)
@@ -150,7 +150,7 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     chosen = with_downstream([args.table])
     print(f"Replaying {args.table} and everything downstream ({len(chosen)} tables) from {start.describe()}",
           file=sys.stderr)
-    with Bar("batch.replay", len(chosen)):
+    with Bar("lakehouse.batch.replay", len(chosen)):
         shadow, rebuilt = replay(spark, ctx, args.table, start)
     if args.compare or args.swap:
         compare(spark, ctx, shadow, rebuilt)

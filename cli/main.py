@@ -14,7 +14,7 @@ import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
-from infra.settings import HOST, Settings, SettingsError
+from lakehouse.infra.settings import HOST, Settings, SettingsError
 
 log = logging.getLogger("lakehouse")
 
@@ -50,12 +50,12 @@ def _setup_logging(settings: Settings, verbose: bool, quiet: bool = False) -> No
 # ---------------------------------------------------------------- subcommands
 
 def cmd_setup(settings: Settings, args: argparse.Namespace) -> int:
-    from infra.jars import fetch_jars
+    from lakehouse.infra.jars import fetch_jars
 
     for name, count in fetch_jars(settings.jars_dir, maven_settings=settings.maven_settings, force=args.force).items():
         print(f"{name}: {count} jars in {Path(settings.jars_dir) / name}")
     if settings.spark_class_archive:
-        from infra.class_archive import build, usable_archive
+        from lakehouse.infra.class_archive import build, usable_archive
 
         if usable_archive(settings.jars_dir) is None or args.force:
             print("class archive: building it from a small Spark run (once per set of jars, about a minute)", flush=True)
@@ -71,7 +71,7 @@ def cmd_setup(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_kafka(settings: Settings, args: argparse.Namespace) -> int:
-    from infra.kafka_broker import local_node
+    from lakehouse.infra.kafka_broker import local_node
 
     node = local_node(settings)
     if args.action == "start":
@@ -85,7 +85,7 @@ def cmd_kafka(settings: Settings, args: argparse.Namespace) -> int:
         if not pid:
             print(f"Kafka is not running (it would listen on {node.bootstrap}).")
             return 1
-        from streaming.kafka_topics import admin_client
+        from lakehouse.streaming.kafka_topics import admin_client
 
         names = sorted(t for t in admin_client(node.bootstrap).list_topics(timeout=5).topics if not t.startswith("__"))
         print(f"Kafka is running on {node.bootstrap} (pid {pid}); topics: {', '.join(names) or 'none'}.")
@@ -93,10 +93,10 @@ def cmd_kafka(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_topics(settings: Settings, args: argparse.Namespace) -> int:
-    from infra.retention import duration_ms
-    from orchestration.sql import format_table
-    from schemas import topics
-    from streaming.kafka_topics import ensure_topics
+    from lakehouse.infra.retention import duration_ms
+    from lakehouse.orchestration.sql import format_table
+    from lakehouse.schemas import topics
+    from lakehouse.streaming.kafka_topics import ensure_topics
 
     statuses = ensure_topics(settings.kafka_bootstrap, topics.ALL, replication_factor=settings.kafka_replication_factor,
                              replay_window_ms=duration_ms(settings.replay_window))
@@ -110,8 +110,8 @@ def cmd_topics(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
-    from streaming.generator import TOPICS, Mix, ShopGenerator
-    from streaming.producer import produce
+    from lakehouse.streaming.generator import TOPICS, Mix, ShopGenerator
+    from lakehouse.streaming.producer import produce
 
     mix = Mix(out_of_order=args.out_of_order, late=args.late, duplicate=args.duplicates, malformed=args.malformed)
     gen = iter(ShopGenerator(seed=args.seed, start=args.start, events_per_second=args.event_rate, mix=mix))
@@ -133,7 +133,7 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
-    from orchestration import runs
+    from lakehouse.orchestration import runs
 
     result = runs.catch_up(settings, args.assets or None, command=shlex.join(["lakehouse", "run", *args.assets]))
     for name, meta in runs.materialized_metadata(result).items():
@@ -151,7 +151,7 @@ def _answer(settings: Settings, request: dict, app_name: str) -> int:
     A running `lakehouse serve` answers without this process importing Spark; otherwise the same code runs
     here in a Spark session of its own.
     """
-    from orchestration.sql_endpoint import answer, ask
+    from lakehouse.orchestration.sql_endpoint import answer, ask
 
     result = ask(settings, request)
     if result is None:
@@ -160,7 +160,7 @@ def _answer(settings: Settings, request: dict, app_name: str) -> int:
         logging.getLogger("lakehouse").info(notice)
         if sys.stderr.isatty():   # a hint for a person; a script's stderr keeps to errors
             print(f"({notice})", file=sys.stderr, flush=True)
-        from infra.spark import get_spark
+        from lakehouse.infra.spark import get_spark
 
         result = answer(get_spark(settings, app_name), settings, request)
     if "error" in result:
@@ -179,7 +179,7 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
-    from orchestration.sql_endpoint import serve
+    from lakehouse.orchestration.sql_endpoint import serve
 
     return serve(settings)
 
@@ -189,11 +189,11 @@ UI_STOP_GRACE_S = 20.0
 
 
 def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
-    from orchestration.runs import dagster_instance
+    from lakehouse.orchestration.runs import dagster_instance
 
     dagster_instance(settings)  # creates DAGSTER_HOME and its dagster.yaml
     env = {**os.environ, "DAGSTER_HOME": settings.dagster_home}
-    cmd = [sys.executable, "-m", "dagster", "dev", "-m", "orchestration.definitions", "-h", args.host, "-p", str(args.port)]
+    cmd = [sys.executable, "-m", "dagster", "dev", "-m", "lakehouse.orchestration.definitions", "-h", args.host, "-p", str(args.port)]
     print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={settings.dagster_home}); Ctrl-C stops it.",
           flush=True)
     stop = threading.Event()
@@ -235,8 +235,8 @@ def _kill_group(pgid: int, signum: int) -> None:
 
 
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
-    from orchestration.demo import run_demo
-    from streaming.generator import Mix
+    from lakehouse.cli.demo import run_demo
+    from lakehouse.streaming.generator import Mix
 
     mix = Mix(out_of_order=args.out_of_order, late=args.late, duplicate=args.duplicates, malformed=args.malformed)
     report = run_demo(settings, events=args.events, seed=args.seed, mix=mix, keep_running=args.keep_running)
@@ -244,7 +244,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
-    from orchestration.sql import format_table
+    from lakehouse.orchestration.sql import format_table
 
     rows = [(env, settings.shown(env.removeprefix("LAKEHOUSE_").lower()), meaning) for env, _, meaning in Settings.describe()]
     print(format_table(("variable", "value now", "meaning"), rows))
@@ -252,8 +252,8 @@ def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
-    from orchestration.maintenance import doctor_findings
-    from orchestration.sql import format_table
+    from lakehouse.orchestration.maintenance import doctor_findings
+    from lakehouse.orchestration.sql import format_table
 
     findings = doctor_findings(settings)
     shown = [f for f in findings if args.all or f.status != "absent"]
@@ -404,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_history)
 
     p = sub.add_parser("ui", help="start the Dagster UI and daemon (dagster dev) on the project's DAGSTER_HOME",
-                       description="Runs `dagster dev -m orchestration.definitions` with DAGSTER_HOME=<home>/dagster, the "
+                       description="Runs `dagster dev -m lakehouse.orchestration.definitions` with DAGSTER_HOME=<home>/dagster, the "
                                    "instance `lakehouse demo` and `lakehouse run` record their runs in. Ctrl-C stops it.")
     p.add_argument("--host", type=_host, default="127.0.0.1", help="address to serve the UI on (default 127.0.0.1)")
     p.add_argument("--port", type=_integer(1, 65535), default=3000, help="port to serve the UI on (default 3000)")
@@ -437,10 +437,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="also list the topics and tables that do not exist yet")
     p.set_defaults(fn=cmd_doctor)
 
-    from orchestration.batch_cli import add_batch_commands
-    from orchestration.quality_cli import add_quality_commands
+    from lakehouse.cli.batch import add_batch_commands
+    from lakehouse.cli.quality import add_quality_commands
 
-    from orchestration.stream_cli import add_stream_commands
+    from lakehouse.cli.stream import add_stream_commands
 
     add_batch_commands(sub)
     add_quality_commands(sub)
@@ -450,18 +450,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message is a sentence for the user, not a trace."""
-    from batch.lineage import UnknownTable
-    from infra.jars import JarsMissing
-    from batch.replay import BadReplay
-    from orchestration.batch_cli import BadRange
-    from infra.kafka_broker import BrokerError
-    from orchestration.demo import DemoFailed
-    from orchestration.runs import UnknownAsset, UnknownJob, UnknownPartition
-    from orchestration.sql import SqlError
-    from orchestration.sql_endpoint import EndpointError
-    from streaming.generator import MixError
-    from streaming.kafka_topics import KafkaUnreachable, TopicsMissing
-    from streaming.continuous import UnknownTable as NotStreamed
+    from lakehouse.batch.lineage import UnknownTable
+    from lakehouse.infra.jars import JarsMissing
+    from lakehouse.batch.replay import BadReplay
+    from lakehouse.cli.batch import BadRange
+    from lakehouse.infra.kafka_broker import BrokerError
+    from lakehouse.cli.demo import DemoFailed
+    from lakehouse.orchestration.runs import UnknownAsset, UnknownJob, UnknownPartition
+    from lakehouse.orchestration.sql import SqlError
+    from lakehouse.orchestration.sql_endpoint import EndpointError
+    from lakehouse.streaming.generator import MixError
+    from lakehouse.streaming.kafka_topics import KafkaUnreachable, TopicsMissing
+    from lakehouse.streaming.continuous import UnknownTable as NotStreamed
 
     return (SettingsError, JarsMissing, BrokerError, KafkaUnreachable, SqlError, DemoFailed, UnknownAsset, UnknownJob,
             UnknownPartition, MixError, UnknownTable, BadRange, BadReplay, NotStreamed, EndpointError, TopicsMissing)

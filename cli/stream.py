@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from infra.settings import Settings
+from lakehouse.infra.settings import Settings
 
 log = logging.getLogger("lakehouse")
 
@@ -68,15 +68,15 @@ def streamed_flows(settings: Settings) -> list[str]:
 
 
 def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
-    from orchestration.resources import build_resources
-    from orchestration.runs import dagster_instance
-    from orchestration.streams import DagsterReporter
-    from streaming.context import duration_micros
-    from streaming.continuous import StreamFailed, Supervisor, flows_for
-    from streaming.flows import FLOWS
-    from streaming.kafka_topics import ensure_topics
-    from schemas.topics import TopicSpec
-    from infra.retention import duration_ms
+    from lakehouse.orchestration.resources import build_resources
+    from lakehouse.orchestration.runs import dagster_instance
+    from lakehouse.orchestration.streams import DagsterReporter
+    from lakehouse.streaming.context import duration_micros
+    from lakehouse.streaming.continuous import StreamFailed, Supervisor, flows_for
+    from lakehouse.streaming.flows import FLOWS
+    from lakehouse.streaming.kafka_topics import ensure_topics
+    from lakehouse.schemas.topics import TopicSpec
+    from lakehouse.infra.retention import duration_ms
 
     flows = flows_for(FLOWS, args.tables)
     unknown = sorted(set(settings.stream_triggers) - {"bronze", "silver", "gold"} - {f.name for f in FLOWS})
@@ -159,10 +159,10 @@ def _age(seconds: float | None) -> str:
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
-    from streaming.context import FlowContext, duration_micros
-    from streaming.continuous import flows_for
-    from streaming.flows import FLOWS
-    from streaming.health import stream_health
+    from lakehouse.streaming.context import FlowContext, duration_micros
+    from lakehouse.streaming.continuous import flows_for
+    from lakehouse.streaming.flows import FLOWS
+    from lakehouse.streaming.health import stream_health
 
     ctx = FlowContext(lake_root=settings.lake_root, kafka_bootstrap=settings.kafka_bootstrap)
     pid = running_stream(settings)

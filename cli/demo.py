@@ -10,18 +10,18 @@ from typing import Callable
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from batch.catalog import read_table
-from infra.jars import fetch_jars
-from infra.kafka_broker import local_node
-from infra.settings import Settings
-from infra.spark import get_spark, stop_spark
-from orchestration import runs
-from orchestration.quality_cli import HEADER as QUALITY_HEADER
-from orchestration.quality_cli import quality_report
-from orchestration.sql import format_table, run_sql
-from schemas import sources, tables
-from streaming.generator import Mix, ShopGenerator
-from streaming.producer import ProduceReport, produce
+from lakehouse.batch.catalog import read_table
+from lakehouse.infra.jars import fetch_jars
+from lakehouse.infra.kafka_broker import local_node
+from lakehouse.infra.settings import Settings
+from lakehouse.infra.spark import get_spark, stop_spark
+from lakehouse.orchestration import runs
+from lakehouse.cli.quality import HEADER as QUALITY_HEADER
+from lakehouse.cli.quality import quality_report
+from lakehouse.orchestration.sql import format_table, run_sql
+from lakehouse.schemas import sources, tables
+from lakehouse.streaming.generator import Mix, ShopGenerator
+from lakehouse.streaming.producer import ProduceReport, produce
 
 # One result from each gold table: the question it answers, and a query a person would type.
 GOLD_QUERIES: dict[str, str] = {

@@ -1,0 +1,1 @@
+"""The `lakehouse` command: its subcommands, the demo, and the progress and reports they print."""
