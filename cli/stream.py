@@ -33,9 +33,9 @@ def running_stream(settings: Settings) -> int | None:
 
 
 # Measured on two cores: the orders path's 3 flows keep silver seconds fresh, all 22 flows leave it minutes
-# behind (docs/performance.md, thirteenth and fourteenth steps). Above this many flows per core, say so.
+# behind (docs/performance.md, "Limits on two cores"). Above this many flows per core, say so.
 FLOWS_PER_CORE = 4
-# Measured with bench.freshness on two cores (docs/performance.md, sixteenth step): every flow kept up.
+# Measured with bench.freshness on two cores (docs/performance.md, "Knobs"): every flow kept up.
 SIZED_TRIGGERS = "LAKEHOUSE_STREAM_TRIGGERS='bronze=30 seconds;silver=30 seconds;gold=120 seconds'"
 
 

@@ -1,8 +1,8 @@
 """One hop from Kafka to silver: a topic's bronze and silver flows run as one query in a stream.
 
 As two queries, silver sees a bronze commit only at its own next trigger, reads it back from the Delta
-log and commits: a hop, about 2 s at the median on two cores (docs/performance.md, the twenty-fourth
-step). Here one query reads the topic, and each micro-batch is appended to bronze by the bronze flow's
+log and commits: a hop, about 2 s at the median on two cores (docs/performance.md, "Limits on
+two cores"). Here one query reads the topic, and each micro-batch is appended to bronze by the bronze flow's
 transform, then the very rows appended are parsed by the silver flow's transform and written by its
 writer (`SilverWriter`): the two flows' own per-batch functions, in one batch.
 

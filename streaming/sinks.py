@@ -78,8 +78,8 @@ class StateWarmer:
     snapshot, which the append then reuses if no commit came in between. Only the time moves, so run
     this beside work that leaves the cores idle between small jobs. In a stream that keeps every core
     busy it moves CPU from the other queries to this one: done in gold's writer too, it made gold's
-    batch 15% shorter and silver's 14% longer, and neither p99 better (docs/performance.md, eighth
-    step). A failure here costs only the time saved: the append computes the state itself.
+    batch 15% shorter and silver's 14% longer, and neither p99 better (docs/performance.md, "Tried and
+    not kept"). A failure here costs only the time saved: the append computes the state itself.
     """
 
     def __init__(self, spark: SparkSession, paths: list[str]):
