@@ -50,7 +50,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, Mapping
 
 from lakehouse.schemas import reasons
-from lakehouse.schemas.sources import ORDERS, PAGE_VIEWS, PAYMENTS
+from lakehouse.pipelines.shop import ORDERS, PAGE_VIEWS, PAYMENTS
+from lakehouse.pipelines import shop
 
 Outcome = Literal["quarantine", "silver", "late", "duplicate", "refused"]
 OUTCOMES: tuple[Outcome, ...] = ("quarantine", "silver", "late", "duplicate", "refused")

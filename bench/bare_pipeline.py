@@ -42,6 +42,7 @@ from typing import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from lakehouse.pipelines.shop import flows as shop_flows
 
 STAGES = ("bronze", "silver", "dimensions", "gold")
 
@@ -62,18 +63,18 @@ def _gold(ctx) -> dict[str, Callable[[Callable[[str], DataFrame]], DataFrame]]:
     """Gold table name -> its computation over whole inputs (`read(table name)`), by the project's pure transforms."""
     from lakehouse.streaming import flows
     from lakehouse.streaming.context import duration_micros
-    from lakehouse.streaming.transforms import gold
+    from lakehouse.pipelines.shop import transforms as gold
 
     orders = lambda read: read("silver_orders")             # noqa: E731
     views = lambda read: read("silver_page_views")          # noqa: E731
 
     def velocity(read):
         new = orders(read).select("order_id", "customer_id", F.col("occurred_at").alias("ordered_at"), "event_id")
-        return gold.to_order_velocity(new, window_micros=duration_micros(ctx.sliding_window), threshold=ctx.sliding_threshold)
+        return gold.to_order_velocity(new, window_micros=duration_micros(ctx.params["sliding_window"]), threshold=ctx.params["sliding_threshold"])
 
     def sessions(read):
         activity = gold.to_activity_intervals(gold.to_activity_events(views(read), orders(read)))
-        return gold.to_sessions(activity, gap_micros=duration_micros(ctx.session_gap)) \
+        return gold.to_sessions(activity, gap_micros=duration_micros(ctx.params["session_gap"])) \
             .withColumn("ended_in_order", F.col("orders") > 0)
 
     def order_payments(read):
@@ -81,7 +82,7 @@ def _gold(ctx) -> dict[str, Callable[[Callable[[str], DataFrame]], DataFrame]]:
                                 F.col("occurred_at").alias("ordered_at")).alias("o")
         p = read("silver_payments").select("order_id", "payment_id", "amount_cents", "status",
                                            F.col("occurred_at").alias("paid_at")).alias("p")
-        within = duration_micros(ctx.payment_within)
+        within = duration_micros(ctx.params["payment_within"])
         joined = o.join(p, (F.col("o.order_id") == F.col("p.order_id")) & (F.col("p.paid_at") >= F.col("o.ordered_at"))
                         & (F.unix_micros("p.paid_at") <= F.unix_micros("o.ordered_at") + within), "full_outer")
         return joined.select(F.coalesce("o.order_id", "p.order_id").alias("order_id"), "customer_id", "total_cents",
@@ -95,15 +96,15 @@ def _gold(ctx) -> dict[str, Callable[[Callable[[str], DataFrame]], DataFrame]]:
         "gold_page_views_per_product_minute":
             lambda read: gold.to_page_views_per_product_minute(gold.to_product_page_views(views(read))),
         "gold_revenue_hopping": lambda read: gold.to_revenue_hopping(
-            orders(read), size=ctx.hopping_window_size, slide=ctx.hopping_window_slide),
+            orders(read), size=ctx.params["hopping_window_size"], slide=ctx.params["hopping_window_slide"]),
         "gold_order_velocity": velocity,
         "gold_sessions": sessions,
         "gold_processing_delay": lambda read: gold.to_processing_delay(gold.to_delay_events(
-            *(read(t.name) for t in flows.EVENT_SOURCES))),
+            *(read(t.name) for t in shop_flows.EVENT_SOURCES))),
         "gold_category_revenue_per_minute":
-            lambda read: flows.to_category_revenue(orders(read), dim_products=read("dim_products")),
-        "gold_order_lines_enriched": lambda read: flows.to_enriched_order_lines(orders(read), **dims(read)),
-        "gold_page_views_enriched": lambda read: flows.to_enriched_page_views(views(read), **dims(read)),
+            lambda read: shop_flows.to_category_revenue(orders(read), dim_products=read("dim_products")),
+        "gold_order_lines_enriched": lambda read: shop_flows.to_enriched_order_lines(orders(read), **dims(read)),
+        "gold_page_views_enriched": lambda read: shop_flows.to_enriched_page_views(views(read), **dims(read)),
         "gold_order_payments": order_payments,
     }
 

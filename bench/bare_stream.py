@@ -29,6 +29,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from lakehouse.pipelines import shop
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,12 +110,12 @@ def start_work(spark, records, table: Path, trigger: str, *, exactly_once: bool 
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from lakehouse.schemas.sources import ITEM_COUNT, ORDERS
-    from lakehouse.schemas.tables import GOLD_REVENUE_PER_MINUTE
+    from lakehouse.pipelines.shop import ITEM_COUNT, ORDERS
+    from lakehouse.pipelines.shop import GOLD_REVENUE_PER_MINUTE
     from lakehouse.streaming.gold_batches import on_keys
     from lakehouse.streaming.positions import UserMetadata
     from lakehouse.streaming.sinks import append_once, dml_once, ensure_table
-    from lakehouse.streaming.transforms.gold import to_revenue_per_minute
+    from lakehouse.pipelines.shop.transforms import to_revenue_per_minute
 
     def append(df, path: Path, layer: str, batch_id: int, said: str) -> None:
         if exactly_once:

@@ -16,8 +16,8 @@ in one Spark session:
 
 Every flow must write the same rows on both sides, or the bench stops. Figures: each side's median
 seconds, the median over rounds of after/before and the seconds the job adds. It writes
-bench/results/catch_up_job.json and appends a row to docs/benchmarks.md; --quick (one round) records
-nothing unless --record. A figure, never a test.
+<home>/bench/results/catch_up_job.json (bench.harness.record) and prints the summary row for
+docs/benchmarks.md; --quick (one round) records nothing unless --record. A figure, never a test.
 """
 
 from __future__ import annotations

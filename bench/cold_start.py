@@ -12,7 +12,7 @@ each in its own process as a user types it and with no `lakehouse serve` up:
 each with `LAKEHOUSE_SPARK_CLASS_ARCHIVE=false` (before) and with the archive (after), alternating,
 the first side rotating, medians after a warm-up of each. Each command's log must say which way its JVM
 started, and both ways must give the same answer, or the bench stops. It writes
-bench/results/cold_start.json and appends a row to docs/benchmarks.md.
+<home>/bench/results/cold_start.json (bench.harness.record) and prints the summary row for docs/benchmarks.md.
 """
 
 from __future__ import annotations

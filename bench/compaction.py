@@ -9,8 +9,10 @@ project's own compaction (batch.maintenance.compact_table: OPTIMIZE ZORDER BY wi
 sums one hour of revenue per currency. Both layouts are timed in the same run: the table before
 compaction is read by time travel (its version before OPTIMIZE; VACUUM has not run, so its files are
 all there), after a warm-up of each, alternating before/after for --repeats rounds. The figure is the
-ratio of the medians. It writes bench/results/compaction.json and appends a row to docs/benchmarks.md.
-A figure, never a test: the tests assert behaviour, not speed.
+ratio of the medians. It writes <home>/bench/results/compaction.json (the project's state folder,
+LAKEHOUSE_HOME, by default .lakehouse/; outside git) and prints the summary row for docs/benchmarks.md,
+whose compaction row the maintainer updates by hand. A figure, never a test: the tests assert behaviour,
+not speed.
 """
 
 from __future__ import annotations
@@ -27,14 +29,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "compaction.json"
-TABLE_MD = ROOT / "docs" / "benchmarks.md"
-HEADER = """# Benchmarks
-
-Figures from `bench/`, one row per run, newest last. The machine column says where it ran and how busy
-it was (load average at the start: several people share this machine's two cores).
-
-| date (UTC) | bench | setup | before | after | figure | machine |
+RESULTS = Path("bench") / "results" / "compaction.json"   # under the project's state folder (Settings.home)
+TABLE_MD = ROOT / "docs" / "benchmarks.md"   # one current figure per bench, updated by hand; no bench writes it
+# The columns of the summary row a bench prints (bench.harness.record prints them above the row).
+HEADER = """| date (UTC) | command | setup | before | after | figure | machine |
 |---|---|---|---|---|---|---|
 """
 
@@ -92,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-file-mb", type=int, default=2,
                         help="OPTIMIZE's target file size in MB (default 2: this table is small, so Z-order yields "
                              "several files whose window_start ranges do not overlap)")
-    parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
+    parser.add_argument("--no-record", action="store_true",
+                        help="print only; do not write the JSON (<home>/bench/results/compaction.json)")
     args = parser.parse_args(argv)
 
     from lakehouse.infra.settings import Settings
@@ -151,20 +150,18 @@ def main(argv: list[str] | None = None) -> int:
 
     print(json.dumps(result, indent=2))
     if not args.no_record:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-        TABLE_MD.parent.mkdir(parents=True, exist_ok=True)
-        if not TABLE_MD.exists():
-            TABLE_MD.write_text(HEADER)
+        path = Path(Settings.from_env().home) / RESULTS
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n")
         row = (f"| {started_at:%Y-%m-%d %H:%M} | `python -m bench.compaction` | {result['table']['rows']:,} rows, "
                f"one-hour filter on `window_start`, median of {args.repeats} alternating runs after a warm-up | "
                f"{result['files_before']} files, {result['bytes_before'] / 1e6:.1f} MB, "
                f"{med_before * 1000:.0f} ms | {result['files_after']} files (Z-ordered), "
                f"{result['bytes_after'] / 1e6:.1f} MB, {med_after * 1000:.0f} ms | "
                f"{result['speedup']}x faster | {where} |\n")
-        with TABLE_MD.open("a") as out:
-            out.write(row)
-        print(f"wrote {RESULTS.relative_to(ROOT)} and a row in {TABLE_MD.relative_to(ROOT)}")
+        print(f"wrote {path}")
+        print(f"\nThe run's summary row; update the bench's row in {TABLE_MD.relative_to(ROOT)} from it by hand:\n"
+              + HEADER + row, end="")
     return 0
 
 

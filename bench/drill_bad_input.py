@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from bench.bad_records import OUTCOMES, TOPICS, BadRecord, Outcome, corpus
+from lakehouse.pipelines import shop
 
 log = logging.getLogger("bench.drill_bad_input")
 
@@ -191,7 +192,7 @@ def read_lake(spark: Any, lake_root: str, topic_names: Iterable[str] = TOPICS) -
     from pyspark.sql import functions as F
 
     from lakehouse.schemas import tables
-    from lakehouse.schemas.sources import BY_TOPIC
+    from lakehouse.pipelines.shop import BY_TOPIC
 
     names = list(topic_names)
 
@@ -425,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     from lakehouse.schemas import tables, topics
     from lakehouse.streaming.context import FlowContext
     from lakehouse.streaming.flows import FLOWS
-    from lakehouse.streaming.generator import Mix, ShopGenerator
+    from lakehouse.pipelines.shop.generator import Mix, ShopGenerator
     from lakehouse.streaming.kafka_topics import ensure_topics
 
     root = Path(__file__).resolve().parents[1]

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from bench import harness
+from lakehouse.pipelines import shop
 
 Coords = tuple[str, int, int]
 
@@ -209,7 +210,7 @@ class SteadyProducer:
     """
 
     def __init__(self, bootstrap: str, *, total: int, rate: float, seed: int, start: datetime, mix: Any):
-        from lakehouse.streaming.generator import ShopGenerator
+        from lakehouse.pipelines.shop.generator import ShopGenerator
 
         self.bootstrap = bootstrap
         self.total = total
@@ -296,7 +297,7 @@ def events_start(events: int) -> datetime:
 
 def drill_mix() -> Any:
     """No late and no out-of-order events: every difference between the stream and a batch is a fault."""
-    from lakehouse.streaming.generator import Mix
+    from lakehouse.pipelines.shop.generator import Mix
 
     return Mix(out_of_order=0.0, late=0.0, duplicate=0.05, malformed=0.03)
 
@@ -513,18 +514,18 @@ def check_lake(spark: Any, env: dict[str, str], flows: Sequence[Any], producer: 
             f"({diff.batch_rows} batch rows; only stream {diff.only_stream}, only batch {diff.only_batch}, "
             f"changed {diff.changed}, duplicate keys {diff.duplicate_keys})",
             [f"{s.get('kind')} {s.get('key')}" for s in diff.samples[:5]]))
-    revenue = next((f for f in flows if f.target.name == tables.GOLD_REVENUE_PER_MINUTE.name), None)
+    revenue = next((f for f in flows if f.target.name == shop.GOLD_REVENUE_PER_MINUTE.name), None)
     if revenue is not None:
-        df = load(tables.GOLD_REVENUE_PER_MINUTE)
+        df = load(shop.GOLD_REVENUE_PER_MINUTE)
         rows = [] if df is None else df.select(F.unix_timestamp("window_start").alias("w"), "currency", "revenue_cents",
                                                "orders", "items").collect()
         got = {(r.w, r.currency): (r.revenue_cents, r.orders, r.items) for r in rows}
-        want_rev = expected_revenue(producer, topics.ORDERS.name)
+        want_rev = expected_revenue(producer, shop.ORDERS.topic_spec.name)
         keys = set(got) | set(want_rev)
         bad = sorted(k for k in keys if got.get(k) != want_rev.get(k))
         dup = len(rows) - len(got)
         checks.append(Check(
-            "plain Python", tables.GOLD_REVENUE_PER_MINUTE.name, len(rows), len(bad) + dup,
+            "plain Python", shop.GOLD_REVENUE_PER_MINUTE.name, len(rows), len(bad) + dup,
             f"revenue, orders, items per minute and currency = computed from the acknowledged orders "
             f"({len(want_rev)} windows expected, {sum(v[1] for v in want_rev.values())} orders)",
             [f"{datetime.fromtimestamp(k[0], tz=timezone.utc):%H:%M} {k[1]}: stream {got.get(k)}, python {want_rev.get(k)}"

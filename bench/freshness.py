@@ -1,7 +1,8 @@
 """Bench: how fresh `lakehouse stream` keeps silver and gold at a fixed production rate (send -> visible delay).
 
     .venv/bin/python -m bench.freshness [--rates 1000,5000,20000] [--minutes 3] [--warm-up 30] [--quick]
-                                        [--tables TABLE ... | --floor [--hops N | --work [--exactly-once]]] [--record] [--no-record] [--keep]
+                                        [--tables TABLE ... | --floor [--hops N | --work [--exactly-once]]] [--one-hop]
+                                        [--record] [--no-record]
 
 Issue 9, item 5. For each rate (events per second), in a fresh temporary folder:
 
@@ -76,9 +77,11 @@ no hop between them. Recorded as the scope "floor, same work"; with --exactly-on
 txn app id and version, as the flows' writes do ("floor, same work, exactly once").
 
 Targets: p99 send -> silver <= 3 s at 5,000 events/s on 2 cores; p99 send -> gold <= 5 s (at 5,000 events/s).
-It writes bench/results/freshness.json (figures per table scope: a run with --tables keeps the other scope's
-figures) and appends a row to docs/benchmarks.md. --quick is a smoke run (1,000 events/s, 1 minute, 20 s
-warm-up) that records nothing unless --record is given. A figure, never a test.
+It writes <home>/bench/results/freshness.json (bench.harness.record: the project's state folder, outside git;
+figures per scope: a run keeps the other scopes' latest figures from that file, if there is one) and prints
+the summary row for docs/benchmarks.md. --quick is a smoke run (1,000 events/s, 1 minute, 20 s warm-up)
+that records nothing unless --record is given. BENCH_KEEP=1 keeps each rate's temporary folder. A figure,
+never a test.
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ from urllib.parse import unquote
 from bench import harness
 from bench.bare_stream import WORK_TOPIC, hop_table, work_table
 from bench.harness import ROOT, say
+from lakehouse.pipelines import shop
 
 NAME = "freshness"
 KAFKA_PORT, KAFKA_CONTROLLER_PORT = 19430, 19431       # this bench's ports only
@@ -292,7 +296,7 @@ class Stream:
 
 def pregenerate(rate: int, count: int, seed: int) -> tuple[Any, list[tuple]]:
     """The generator (for more on the fly) and its first `count` records, encoded with a placeholder send time."""
-    from lakehouse.streaming.generator import Mix, ShopGenerator
+    from lakehouse.pipelines.shop.generator import Mix, ShopGenerator
 
     gen = ShopGenerator(seed=seed, start=datetime.now(timezone.utc), events_per_second=float(rate), mix=Mix())
     it = iter(gen)
@@ -312,7 +316,7 @@ class Producer(threading.Thread):
 
     def __init__(self, bootstrap: str, rate: int, records: list[tuple], more: Iterator[Any]):
         super().__init__(name="freshness-producer", daemon=True)
-        from lakehouse.streaming.generator import iso
+        from lakehouse.pipelines.shop.generator import iso
 
         self.bootstrap, self.rate, self.records, self.more = bootstrap, rate, records, more
         self.placeholder = iso(PLACEHOLDER_AT).encode()
@@ -620,7 +624,8 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
                  work: bool = False, exactly_once: bool = False) -> dict[str, Any]:
     """One rate: `lakehouse stream` (or with `floor` the barest job, bench.bare_stream) fed at `rate` events/s."""
     from lakehouse.streaming.continuous import flows_for
-    from lakehouse.streaming.flows import EVENT_SOURCES, FLOWS
+    from lakehouse.streaming.flows import FLOWS
+    from lakehouse.pipelines.shop.flows import EVENT_SOURCES
 
     flows = [] if floor else flows_for(FLOWS, tables)
     names = ["bare"] if floor else [f.name for f in flows]
@@ -1186,6 +1191,15 @@ def docs_row(result: dict) -> str:
     )
 
 
+def with_scope(scope_key: str, result: dict) -> dict[str, Any]:
+    """What a recorded run writes: its result under its scope, beside the other scopes' latest results from the
+    JSON the last recorded run wrote on this machine (bench.harness.previous; none there: this scope alone)."""
+    scopes = (harness.previous(NAME) or {}).get("scopes")
+    scopes = dict(scopes) if isinstance(scopes, dict) else {}
+    scopes[scope_key] = result
+    return {"latest": scope_key, "scopes": scopes}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.freshness", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", default="1000,5000,20000", help="events per second, comma-separated")
@@ -1272,15 +1286,7 @@ def main(argv: list[str] | None = None) -> int:
             print(summary(result), flush=True)
     result["load_end"] = harness.load_now()
     if record:
-        path = harness.RESULTS_DIR / f"{NAME}.json"
-        scopes = {}
-        if path.exists():
-            try:
-                scopes = json.loads(path.read_text()).get("scopes", {})
-            except ValueError:
-                scopes = {}
-        scopes[scope_key] = result
-        harness.record(NAME, {"latest": scope_key, "scopes": scopes},
+        harness.record(NAME, with_scope(scope_key, result),
                        floor_docs_row(result) if args.floor else docs_row(result))
     else:
         print(json.dumps(result, indent=2, default=str)[:20000])

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta, timezone
 
 from bench import harness
 from bench.harness import say
+from lakehouse.pipelines import shop
 
 NAME = "gold_growth"
 FLOWS = ("silver_orders", "gold_revenue_per_minute", "gold_order_velocity", "gold_processing_delay")
@@ -40,9 +41,9 @@ def template_orders(spark, ctx, orders_per_hour: int):
     """
     from pyspark.sql import functions as F
 
-    from lakehouse.schemas.tables import SILVER_ORDERS
+    from lakehouse.pipelines.shop import SILVER_ORDERS
     from lakehouse.streaming.flows import BY_NAME
-    from lakehouse.streaming.generator import generate
+    from lakehouse.pipelines.shop.generator import generate
 
     flow = BY_NAME["silver_orders"]
     records = [r for r in generate(orders_per_hour * 8, seed=harness.SEED)
@@ -58,7 +59,7 @@ def template_orders(spark, ctx, orders_per_hour: int):
 
 def bronze_rows(spark, timed: list, *, hours: float, suffix: str, first_offset: int = 0):
     """Bronze rows of the records (each with its event time), moved `hours` later and their ids suffixed."""
-    from lakehouse.streaming.generator import iso
+    from lakehouse.pipelines.shop.generator import iso
     from lakehouse.streaming.transforms.bronze import to_bronze
 
     rows = []
@@ -90,9 +91,9 @@ def feed(spark, ctx, writers: dict, batch, batch_id: int, bronze=None) -> dict[s
 
     With `bronze` (the same orders as Kafka records), silver_orders' writer appends them, timed, instead.
     """
-    from lakehouse.schemas.tables import SILVER_ORDERS
+    from lakehouse.pipelines.shop import SILVER_ORDERS
     from lakehouse.streaming.flows import BY_NAME
-    from lakehouse.streaming.transforms.gold import to_delay_events
+    from lakehouse.pipelines.shop.transforms import to_delay_events
 
     seconds = {}
     if bronze is None:

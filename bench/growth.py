@@ -24,7 +24,8 @@ sizes' median times: time = fixed cost + slope x events, the slope in µs/event,
 (a residual is a size's median minus the line; growth is linear when they are small against the
 times, as noise on this machine goes, and not all of one sign pattern that bends: +,-,+ or -,+,-
 with a large middle one says it curves). Peak RSS of the Spark driver and the broker per run as in
-bench/harness.py. It writes bench/results/growth.json and appends a row to docs/benchmarks.md.
+bench/harness.py. It writes <home>/bench/results/growth.json (bench.harness.record) and prints the
+summary row for docs/benchmarks.md.
 --quick is a smoke run (2,000, 4,000 and 8,000 events, one round each) that records nothing unless
 --record is given. A figure, never a test.
 """

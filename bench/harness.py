@@ -21,9 +21,12 @@
   back: a side that runs after a hungrier one inherits that footprint, so a run's peak is at least the
   RSS it started with.
 - `linear_fit(xs, ys)`: least squares time = intercept + slope x events, with R^2 and residuals.
-- `record(name, result, row)`: writes bench/results/<name>.json and appends one row to docs/benchmarks.md;
-  `recording_options(parser)` gives a bench its --quick / --record / --no-record, `keeps(args)` says
-  whether this run records.
+- `record(name, result, row)`: writes the run's JSON to <home>/bench/results/<name>.json (`results_dir`:
+  the project's state folder, Settings.from_env().home, by default <checkout>/.lakehouse, outside git),
+  says where, and prints the summary row a maintainer may fold into the bench's row of docs/benchmarks.md
+  by hand (no file in git is written); `previous(name)` reads the last run's JSON back (None if there is
+  none). `recording_options(parser)` gives a bench its --quick / --record / --no-record, `keeps(args)`
+  says whether this run records.
 
 Figures never go into tests; tests/unit/test_bench_harness.py checks only the pure logic here.
 """
@@ -48,15 +51,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from bench.compaction import HEADER, ROOT, TABLE_MD, machine
+from lakehouse.pipelines import shop
 
 KAFKA_PORT, KAFKA_CONTROLLER_PORT = 19400, 19401   # these benches' ports: tests pick free ones, the default is 9092
-RESULTS_DIR = ROOT / "bench" / "results"
 EVENTS_PER_SECOND_OF_EVENT_TIME = 20.0             # the generator's clock, as `lakehouse produce`
 SEED = 7                                           # lakehouse produce's default seed
 
 __all__ = ["HEADER", "ROOT", "TABLE_MD", "machine", "say", "this_checkout", "bench_home", "private_broker",
            "spark_session", "send", "order_events", "shop_events", "alternate", "median_ratio", "round_order", "linear_fit",
-           "PeakMemory", "QueryClock", "record", "docs_row", "utc_now", "project_context"]
+           "PeakMemory", "QueryClock", "record", "previous", "results_dir", "docs_row", "utc_now", "project_context"]
 
 
 def this_checkout(env: Mapping[str, str]) -> dict[str, str]:
@@ -133,7 +136,8 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> Fit:
 
 
 def docs_row(*cells: str) -> str:
-    """One row of the table in docs/benchmarks.md (a '|' inside a cell is escaped, newlines become spaces)."""
+    """One summary row for docs/benchmarks.md, as `record` prints it (a '|' inside a cell is escaped, newlines
+    become spaces)."""
     return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ").strip() for c in cells) + " |\n"
 
 
@@ -344,7 +348,7 @@ def start_for(events: int, *, now: datetime | None = None) -> datetime:
 
 def shop_events(total: int, *, seed: int = SEED) -> Iterator[Any]:
     """The shop's mixed events (every topic), `lakehouse produce`'s fault mix; the first `total` end before now."""
-    from lakehouse.streaming.generator import Mix, ShopGenerator
+    from lakehouse.pipelines.shop.generator import Mix, ShopGenerator
 
     return iter(ShopGenerator(seed=seed, start=start_for(total), events_per_second=EVENTS_PER_SECOND_OF_EVENT_TIME,
                               mix=Mix()))
@@ -354,7 +358,7 @@ def order_events(total: int, *, seed: int = SEED) -> Iterator[Any]:
     """Only the generator's shop.orders.v1 records (valid, duplicates and malformed ones, in its mix)."""
     from lakehouse.schemas import topics
 
-    name = topics.ORDERS.name
+    name = shop.ORDERS.topic_spec.name
     # About one record in six is an order: the clock covers six times as many ticks.
     return (r for r in shop_events(total * 6, seed=seed) if r.topic == name)
 
@@ -498,17 +502,36 @@ def rounded(runs: Sequence[dict]) -> list[dict]:
 
 # ---------------------------------------------------------------- records
 
-def record(name: str, result: Mapping[str, Any], row: str) -> None:
-    """bench/results/<name>.json and one more row in docs/benchmarks.md (appended; rows are never edited)."""
-    path = RESULTS_DIR / f"{name}.json"
+def results_dir() -> Path:
+    """Where bench runs keep their JSON: <home>/bench/results, in the project's state folder (LAKEHOUSE_HOME, by
+    default <checkout>/.lakehouse), which git ignores. Not the bench's own temporary home: that is removed."""
+    from lakehouse.infra.settings import Settings
+
+    return Path(Settings.from_env().home) / "bench" / "results"
+
+
+def previous(name: str) -> dict[str, Any] | None:
+    """The JSON the last recorded run of bench `name` wrote on this machine; None if there is none (or it is not JSON)."""
+    try:
+        found = json.loads((results_dir() / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def record(name: str, result: Mapping[str, Any], row: str) -> Path:
+    """Write <home>/bench/results/<name>.json (replacing the last run's), say where, and print the summary row.
+
+    Nothing in git is written: docs/benchmarks.md keeps one current figure per bench, and the maintainer
+    updates the bench's row there by hand from the printed figures (git log keeps the earlier ones).
+    """
+    path = results_dir() / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
-    TABLE_MD.parent.mkdir(parents=True, exist_ok=True)
-    if not TABLE_MD.exists():
-        TABLE_MD.write_text(HEADER)
-    with TABLE_MD.open("a") as out:
-        out.write(row)
-    say(f"wrote {path.relative_to(ROOT)} and a row in {TABLE_MD.relative_to(ROOT)}")
+    say(f"wrote {path}")
+    print(f"\nThe run's summary row; update the bench's row in {TABLE_MD.relative_to(ROOT)} from it by hand:\n"
+          + HEADER + row, end="" if row.endswith("\n") else "\n", flush=True)
+    return path
 
 
 def publish(name: str, result: Mapping[str, Any], text: str, row: Callable[[Mapping[str, Any]], str], keep: bool) -> None:
@@ -532,12 +555,13 @@ def recording_options(parser: argparse.ArgumentParser, quick: str | None = None)
     """Add --no-record, and with `quick` (what a smoke run does) --quick and --record: a smoke run records only if asked."""
     if quick is not None:
         parser.add_argument("--quick", action="store_true", help=f"smoke run: {quick}; records nothing unless --record")
-        parser.add_argument("--record", action="store_true", help="with --quick: write the JSON and the docs row anyway")
-    parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
+        parser.add_argument("--record", action="store_true", help="with --quick: write the JSON anyway")
+    parser.add_argument("--no-record", action="store_true",
+                        help="print only; do not write the JSON (<home>/bench/results/NAME.json)")
 
 
 def keeps(args: argparse.Namespace) -> bool:
-    """Whether this run writes its JSON and docs row: not with --no-record, and a --quick run only with --record."""
+    """Whether this run writes its JSON: not with --no-record, and a --quick run only with --record."""
     return not args.no_record and (getattr(args, "record", False) or not getattr(args, "quick", False))
 
 

@@ -29,8 +29,9 @@ Target: a/b >= 0.95 (bronze costs at most 5% over the barest Spark job). For (a)
 query listener also sums the queries' micro-batch time (Spark's triggerExecution): the rest of a run is
 spent outside the batches (starting the query, the runner's checkpoint and Delta-history reads). Peak memory per run: the Spark
 driver JVM's and the broker JVM's peak RSS (see bench/harness.py for how, per run), and for (c) the sum of
-the consumer processes' own peak RSS. It writes bench/results/ingest.json and appends a row to
-docs/benchmarks.md. --profile adds three sides in the same rotation, to say where (a)'s time over (b)'s goes:
+the consumer processes' own peak RSS. It writes <home>/bench/results/ingest.json (bench.harness.record)
+and prints the summary row for docs/benchmarks.md. --profile adds three sides in the same rotation, to say
+where (a)'s time over (b)'s goes:
 (p0) the bare job reading in batches of at most LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER records (500,000), as
 bronze does by default (the issue's bounded batches; the same as (b) while --events fits in one batch),
 (p1) the bare job with includeHeaders and the headers column (bronze keeps them; silver reads the schema
@@ -55,6 +56,7 @@ from typing import Callable
 
 from bench import harness
 from bench.harness import say
+from lakehouse.pipelines import shop
 
 NAME = "ingest"
 TARGET = 0.95
@@ -170,7 +172,7 @@ def make_sides(spark, settings, broker, expected: Callable[[], int], *,
     from lakehouse.streaming.runner import run_flow, start_flow
     from lakehouse.streaming.transforms.bronze import to_bronze
 
-    topic = topics.ORDERS
+    topic = shop.ORDERS.topic_spec
     flow = BY_NAME["bronze_orders"]
     assert flow.source == topic, f"bronze_orders reads {flow.source}, not {topic.name}"
     runs_root = Path(settings.home) / "runs"
@@ -261,7 +263,7 @@ def measure(events: int, rounds: int, seed: int = harness.SEED, *, profile: bool
 
     started_at = harness.utc_now()
     where = harness.machine()
-    topic = topics.ORDERS
+    topic = shop.ORDERS.topic_spec
     say(f"bench.ingest: {events:,} orders on {topic.name}, {rounds} rounds; {where}")
     with harness.bench_home(NAME) as settings, harness.private_broker(settings) as broker:
         harness.send(harness.order_events(events, seed=seed), events, broker.bootstrap)

@@ -19,7 +19,8 @@ starts `lakehouse serve` on that lake and times, as a user types them, each comm
 runs every case once, the order rotating; the figures are medians after a warm-up of each. The answers
 with and without the endpoint must be the same text, or the bench stops. Issue 10's target: a gold query
 in at most 3 s and a small materialization in at most 10 s when the services are up. It writes
-bench/results/interactive.json and appends a row to docs/benchmarks.md.
+<home>/bench/results/interactive.json (bench.harness.record) and prints the summary row for
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.interactive", description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=20_000, help="shop events in the lake (default 20000)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (default 3)")
-    parser.add_argument("--no-record", action="store_true", help="print only; do not write the JSON or the docs row")
+    parser.add_argument("--no-record", action="store_true",
+                        help="print only; do not write the JSON (<home>/bench/results/interactive.json)")
     args = parser.parse_args(argv)
     started, load = harness.utc_now(), harness.load_now()
     say(f"bench.interactive: {args.events:,} shop events, {args.rounds} rounds; {harness.machine()}")

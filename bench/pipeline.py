@@ -31,7 +31,8 @@ foreachBatch writer's MERGEs): a layer's seconds minus its seconds in batches is
 stopping queries and in the runner's own reads of checkpoints and Delta history. The 1.6M
 figure is the line's prediction unless --events is 1600000 (a run at that size works; it takes long
 here). Peak RSS of the Spark driver JVM and the broker JVM per run (bench/harness.py says how). It
-writes bench/results/pipeline.json and appends a row to docs/benchmarks.md. --quick is a smoke run
+writes <home>/bench/results/pipeline.json (bench.harness.record) and prints the summary row for
+docs/benchmarks.md. --quick is a smoke run
 (2,000 and 5,000 events, one run each after the warm-up) that records nothing unless --record is given.
 --floor-queries also runs a second floor whose gold tables are each the barest streaming query
 (bench.bare_pipeline's gold_as_queries: availableNow, a checkpoint, foreachBatch, one overwrite), and

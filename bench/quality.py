@@ -24,7 +24,8 @@ validation share of a run, 1 - without/with (the part of a validated run's time 
 takes). A catch-up reads each flow's whole backlog in one micro-batch, so this is the share in a
 large micro-batch; the fixed cost per batch weighs more in the small batches of `lakehouse stream`.
 Bronze is never validated: its with/without ratio shows how far the machine's noise alone moves a figure.
-It writes bench/results/quality.json and appends a row to docs/benchmarks.md. --quick is a smoke run
+It writes <home>/bench/results/quality.json (bench.harness.record: the project's state folder, outside
+git) and prints the summary row for docs/benchmarks.md. --quick is a smoke run
 (5000 events, the warm-up and one round: some 12-16 minutes on two shared cores, because each of the
 22 flows' runs has a fixed cost of seconds whatever the size) that records nothing unless --record is
 given. A figure, never a test.
@@ -47,7 +48,6 @@ from pathlib import Path
 from bench import harness
 from bench.compaction import HEADER, ROOT, TABLE_MD, machine
 
-RESULTS = ROOT / "bench" / "results" / "quality.json"
 KAFKA_PORT, KAFKA_CONTROLLER_PORT = 19392, 19393   # nobody else's: tests pick free ports, the default is 9092
 AIM = 0.20
 SIDES = ("with", "without")
@@ -104,10 +104,7 @@ def one_run(spark, settings, home: Path, label: str, *, validate: bool) -> dict:
     ctx = FlowContext(
         lake_root=lake, kafka_bootstrap=settings.kafka_bootstrap, quality=gate,
         silver_dedup_watermark=settings.silver_dedup_watermark, gold_watermark=settings.gold_watermark,
-        gold_watermarks=dict(settings.gold_watermarks), hopping_window_size=settings.hopping_window_size,
-        hopping_window_slide=settings.hopping_window_slide, sliding_window=settings.sliding_window,
-        sliding_threshold=settings.sliding_threshold, session_gap=settings.session_gap,
-        payment_within=settings.payment_within, event_time_floor=settings.event_time_floor,
+        gold_watermarks=dict(settings.gold_watermarks), event_time_floor=settings.event_time_floor,
         event_time_max_ahead=settings.event_time_max_ahead,
     )
     try:
@@ -171,7 +168,7 @@ def summary(result: dict) -> str:
 
 
 def docs_row(result: dict) -> str:
-    """The result's row in docs/benchmarks.md (before: without validation; after: with the quality gate)."""
+    """The result's summary row for docs/benchmarks.md (before: without validation; after: with the quality gate)."""
     total, silver, gold = result["total"], result["silver"], result["gold"]
     started_at = datetime.fromisoformat(result["date"])
     return (f"| {started_at:%Y-%m-%d %H:%M} | `python -m bench.quality` | {result['events']:,} shop events, whole "
@@ -204,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     from lakehouse.infra.settings import Settings
     from lakehouse.infra.spark import get_spark
     from lakehouse.schemas import topics
-    from lakehouse.streaming.generator import Mix, ShopGenerator
+    from lakehouse.pipelines.shop.generator import Mix, ShopGenerator
     from lakehouse.streaming.kafka_topics import ensure_topics
     from lakehouse.streaming.producer import produce
 
@@ -278,13 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(result, indent=2))
     print("\n" + summary(result))
     if record:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-        if not TABLE_MD.exists():
-            TABLE_MD.write_text(HEADER)
-        with TABLE_MD.open("a") as out:
-            out.write(docs_row(result))
-        print(f"wrote {RESULTS.relative_to(ROOT)} and a row in {TABLE_MD.relative_to(ROOT)}")
+        harness.record("quality", result, docs_row(result))
     return 0
 
 

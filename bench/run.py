@@ -37,8 +37,9 @@ BENCHES: dict[str, tuple[str, str]] = {
 def usage() -> str:
     width = max(len(n) for n in BENCHES)
     lines = ["usage: python -m bench.run NAME [options]   (lakehouse bench NAME [options])", "",
-             "Benches (figures go to bench/results/NAME.json and a row of docs/benchmarks.md; "
-             "NAME --help shows a bench's options):"]
+             "Benches (each prints its figures and a summary row for docs/benchmarks.md, and writes its JSON "
+             "to <home>/bench/results/NAME.json, by default .lakehouse/bench/results; NAME --help shows a "
+             "bench's options):"]
     lines += [f"  {name:<{width}}  {line}" for name, (_, line) in BENCHES.items()]
     return "\n".join(lines)
 

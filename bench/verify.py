@@ -14,8 +14,9 @@ second catch-up. Over that same lake it alternates two sides, `batch.verify.veri
 
 Both sides must give every table the same verdict (status, differing rows, rows explained by late
 arrivals, real discrepancies); a difference stops the bench. Figures: each side's median seconds and
-the median over rounds of before/after. It writes bench/results/verify.json and appends a row to
-docs/benchmarks.md; --quick (2,000 events, one round) records nothing unless --record. A figure, never a test.
+the median over rounds of before/after. It writes <home>/bench/results/verify.json (bench.harness.record)
+and prints the summary row for docs/benchmarks.md; --quick (2,000 events, one round) records nothing unless
+--record. A figure, never a test.
 """
 
 from __future__ import annotations

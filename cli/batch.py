@@ -204,7 +204,7 @@ def add_batch_commands(sub: argparse._SubParsersAction) -> None:
                     "before that point). --compare reports how the rebuilt tables differ from the live ones; --swap "
                     "replaces the live tables (one commit each; the old version stays readable by time travel) and "
                     "resets their streams' checkpoints, so they resume where the replay ended.")
-    p.add_argument("table", help="the table to rebuild, e.g. silver_orders; every table downstream of it is rebuilt too")
+    p.add_argument("table", help="the table to rebuild, e.g. silver_<entity>; every table downstream of it is rebuilt too")
     start = p.add_mutually_exclusive_group(required=True)
     start.add_argument("--from-version", type=int, help="the input table's Delta version to rebuild from (the "
                        "table as its input stood at that version; `lakehouse history TABLE` lists them)")

@@ -20,44 +20,17 @@ from lakehouse.cli.quality import HEADER as QUALITY_HEADER
 from lakehouse.cli.quality import quality_report
 from lakehouse.orchestration.sql import format_table, run_sql
 from lakehouse.schemas import sources, tables
-from lakehouse.streaming.generator import Mix, ShopGenerator
+from lakehouse.schemas.pipeline import Mix, active_pipeline
 from lakehouse.streaming.producer import ProduceReport, produce
 
-# One result from each gold table: the question it answers, and a query a person would type.
-GOLD_QUERIES: dict[str, str] = {
-    "gold_revenue_per_minute": "SELECT window_start, currency, revenue_cents, orders, items FROM gold_revenue_per_minute "
-                               "ORDER BY revenue_cents DESC LIMIT 3",
-    "gold_page_views_per_product_minute": "SELECT product_id, sum(views) AS views FROM gold_page_views_per_product_minute "
-                                          "GROUP BY product_id ORDER BY views DESC, product_id LIMIT 3",
-    "gold_revenue_hopping": "SELECT window_start, window_end, currency, revenue_cents, orders FROM gold_revenue_hopping "
-                            "WHERE currency = 'EUR' ORDER BY window_start DESC LIMIT 3",
-    "gold_order_velocity": "SELECT customer_id, count(*) AS orders, max(orders_before) AS most_in_look_back, "
-                           "count_if(flagged) AS flagged FROM gold_order_velocity GROUP BY customer_id "
-                           "ORDER BY flagged DESC, orders DESC, customer_id LIMIT 3",
-    "gold_sessions": "SELECT ended_in_order, count(*) AS sessions, round(avg(page_views), 1) AS avg_pages, "
-                     "round(avg(timestampdiff(SECOND, session_start, session_end)) / 60, 1) AS avg_minutes, "
-                     "count_if(closed) AS closed FROM gold_sessions GROUP BY ended_in_order ORDER BY ended_in_order",
-    "gold_category_revenue_per_minute": "SELECT category, sum(revenue_cents) AS revenue_cents, sum(units) AS units "
-                                        "FROM gold_category_revenue_per_minute WHERE currency = 'EUR' "
-                                        "GROUP BY category ORDER BY revenue_cents DESC LIMIT 3",
-    "gold_order_lines_enriched": "SELECT customer_tier, count(*) AS lines, sum(unit_price_cents * quantity) AS cents, "
-                                 "count_if(unit_price_cents = list_price_cents) AS at_list_price "
-                                 "FROM gold_order_lines_enriched GROUP BY customer_tier ORDER BY customer_tier",
-    "gold_page_views_enriched": "SELECT category, count(*) AS views, round(avg(list_price_cents)) AS avg_list_price "
-                                "FROM gold_page_views_enriched WHERE category IS NOT NULL "
-                                "GROUP BY category ORDER BY views DESC LIMIT 3",
-    "gold_processing_delay": "SELECT topic, sum(events) AS events, max(event_to_send_p50_ms) AS send_p50_ms, "
-                             "max(send_to_append_p95_ms) AS append_p95_ms, max(append_to_ingest_max_ms) AS ingest_max_ms "
-                             "FROM gold_processing_delay GROUP BY topic ORDER BY topic",
-    "gold_order_payments": "SELECT outcome, payment_status, count(*) AS rows FROM gold_order_payments "
-                           "GROUP BY outcome, payment_status ORDER BY outcome, payment_status",
-}
 DEMO_COMMAND = "lakehouse demo"  # the tag its runs of the catch_up job carry
 LATE_QUERY = "SELECT flow, count(*) AS late, max(lateness_ms) DIV 1000 AS max_late_s FROM late_arrivals GROUP BY flow ORDER BY flow"
 
 
 # Every declared source, the dimensions' changelogs too (their silver balances like any other).
-ENTITIES = tuple((source.topic_spec, source.bronze_table, source.silver_table) for source in sources.SOURCES)
+def entities() -> tuple:
+    """(topic, bronze, silver) of every declared source of the pipeline."""
+    return tuple((source.topic_spec, source.bronze_table, source.silver_table) for source in sources.SOURCES)
 
 
 def _sum_reports(total: ProduceReport | None, more: ProduceReport) -> ProduceReport:
@@ -119,7 +92,7 @@ def layer_counts(settings: Settings) -> list[LayerCounts]:
         late = read_table(spark, tables.LATE_ARRIVALS, settings.lake_root)
         per_table = dict(late.groupBy("table").count().collect())
     counts = []
-    for topic, bronze, silver in ENTITIES:
+    for topic, bronze, silver in entities():
         counts.append(
             LayerCounts(
                 entity=topic.schema.entity,
@@ -181,7 +154,7 @@ def run_demo(
         # Two rounds, as events keep coming: the second round's late events are behind the watermarks the
         # first round left, so they land in late_arrivals instead of vanishing.
         start_at = datetime.now(timezone.utc) - timedelta(seconds=events / 10.0)
-        generator = iter(ShopGenerator(seed=seed, start=start_at, events_per_second=10.0, mix=mix))
+        generator = active_pipeline().demo.events(seed=seed, start=start_at, events_per_second=10.0, mix=mix)
         rounds = (events // 2, events - events // 2)
         for n, count in enumerate(rounds, 1):
             step(f"Round {n}/2: producing {count} events (seed {seed}) with out-of-order, late, duplicate and malformed ones")
@@ -218,7 +191,7 @@ def run_demo(
 
         step("One result from each gold table (lakehouse sql \"...\")")
         spark = get_spark(settings)
-        for table, query in GOLD_QUERIES.items():
+        for table, query in active_pipeline().example_queries.items():
             spec = tables.BY_NAME[table]
             say(f"    {table}: {spec.question}")
             say(f"    lakehouse sql \"{query}\"")

@@ -26,7 +26,7 @@ Delta tables in bronze, silver and gold layers, driven as assets by Dagster.
 
 Start here:
   lakehouse demo            everything once, end to end, on the embedded defaults
-  lakehouse sql "SELECT * FROM gold_revenue_per_minute LIMIT 5"
+  lakehouse sql "SELECT * FROM gold_<mart> LIMIT 5"
   lakehouse ui              the Dagster UI on the same runs and assets
 
 Every setting comes from a LAKEHOUSE_* environment variable: `lakehouse settings` lists them.
@@ -110,11 +110,17 @@ def cmd_topics(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
-    from lakehouse.streaming.generator import TOPICS, Mix, ShopGenerator
+    from lakehouse.schemas.pipeline import Mix, active_pipeline
     from lakehouse.streaming.producer import produce
 
+    pipeline = active_pipeline()
+    if pipeline.demo is None:
+        print(f"error: pipeline {pipeline.name} declares no demo data (Pipeline.demo); produce its events with your "
+              "own producer.", file=sys.stderr)
+        return 2
+    TOPICS = pipeline.demo.topics
     mix = Mix(out_of_order=args.out_of_order, late=args.late, duplicate=args.duplicates, malformed=args.malformed)
-    gen = iter(ShopGenerator(seed=args.seed, start=args.start, events_per_second=args.event_rate, mix=mix))
+    gen = pipeline.demo.events(seed=args.seed, start=args.start, events_per_second=args.event_rate, mix=mix)
     records = (next(gen) for _ in range(args.count))
 
     def progress(report) -> None:
@@ -236,7 +242,7 @@ def _kill_group(pgid: int, signum: int) -> None:
 
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.cli.demo import run_demo
-    from lakehouse.streaming.generator import Mix
+    from lakehouse.schemas.pipeline import Mix
 
     mix = Mix(out_of_order=args.out_of_order, late=args.late, duplicate=args.duplicates, malformed=args.malformed)
     report = run_demo(settings, events=args.events, seed=args.seed, mix=mix, keep_running=args.keep_running)
@@ -247,6 +253,11 @@ def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.orchestration.sql import format_table
 
     rows = [(env, settings.shown(env.removeprefix("LAKEHOUSE_").lower()), meaning) for env, _, meaning in Settings.describe()]
+    from lakehouse.schemas.pipeline import active_pipeline
+
+    pipeline = active_pipeline()
+    rows += [(p.variable, str(value), f"{p.help} (a parameter of pipeline {pipeline.name})")
+             for p, value in zip(pipeline.params, pipeline.param_values().values())]
     print(format_table(("variable", "value now", "meaning"), rows))
     return 0
 
@@ -353,12 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Creates missing topics; an existing topic whose config differs from its spec is reported (exit 1), never altered.")
     p.set_defaults(fn=cmd_topics)
 
-    p = sub.add_parser("produce", help="send deterministic shop events (page views, orders, payments, product and customer changes) to Kafka",
-                       description="A seeded generator: the same seed and start give the same events. Each run first seeds the "
-                                   "product and customer dimensions (one change per product and customer, counted in --count), "
-                                   "then sends page views, orders, their payments once due, and occasional price and tier "
-                                   "changes. Keys are customer ids (product ids for product changes), so one customer's events "
-                                   "stay in order in one partition. Idempotent producer, acks=all.")
+    p = sub.add_parser("produce", help="send the pipeline's demo events to Kafka (the shop's by default)",
+                       description="The pipeline's seeded demo generator (Pipeline.demo): the same seed and start give the "
+                                   "same events, a chosen share of them out of order, late, duplicated or malformed. "
+                                   "Records with one key stay in order in one partition. Idempotent producer, acks=all.")
     p.add_argument("--count", type=_integer(1, MAX_RECORDS), default=1000, help="records to send (default 1000)")
     p.add_argument("--rate", type=_number(0, 1e7), default=0.0,
                    help="records per second of wall time; 0 sends as fast as possible (default)")
@@ -373,13 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Each table asset runs its streaming queries until they catch up (availableNow). "
                                    "It is a run of the job catch_up, recorded in DAGSTER_HOME and tagged "
                                    "lakehouse/command, so the UI lists it under the job and can re-execute it.")
-    p.add_argument("assets", nargs="*", help="asset keys, e.g. bronze_orders silver_orders kafka/shop_orders_v1")
+    p.add_argument("assets", nargs="*", help="asset keys, e.g. bronze_<entity> silver_<entity> gold_<mart> kafka/<topic with _ for .>")
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("sql", help="run Spark SQL over the silver and gold tables by name",
                        description="Tables: bronze_*, silver_*, quarantine, gold_*. Example: "
-                                   "lakehouse sql \"SELECT currency, sum(revenue_cents) FROM gold_revenue_per_minute GROUP BY 1\". "
-                                   "Read a table as it was: FROM gold_revenue_per_minute VERSION AS OF 3, or "
+                                   "lakehouse sql \"SELECT * FROM gold_<mart> LIMIT 5\". "
+                                   "Read a table as it was: FROM gold_<mart> VERSION AS OF 3, or "
                                    "TIMESTAMP AS OF '2026-11-22 09:00:00' (UTC); `lakehouse history TABLE` lists versions.")
     p.add_argument("query")
     p.add_argument("--limit", type=_integer(1, 1_000_000), default=100, help="rows to print at most (default 100)")
@@ -399,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="One row per Delta commit: version, when (UTC), the operation, the rows it wrote "
                                    "(inserted/updated/deleted for a MERGE, files for OPTIMIZE and VACUUM) and its user "
                                    "metadata. Read any of them with lakehouse sql \"... FROM TABLE VERSION AS OF N\".")
-    p.add_argument("table", help="a table name, e.g. gold_revenue_per_minute")
+    p.add_argument("table", help="a table name, e.g. gold_<mart>")
     p.add_argument("--limit", type=_integer(1, 1_000_000), default=None, help="versions to list at most (default all)")
     p.set_defaults(fn=cmd_history)
 
@@ -459,12 +468,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from lakehouse.orchestration.runs import UnknownAsset, UnknownJob, UnknownPartition
     from lakehouse.orchestration.sql import SqlError
     from lakehouse.orchestration.sql_endpoint import EndpointError
-    from lakehouse.streaming.generator import MixError
+    from lakehouse.schemas.pipeline import MixError, PipelineError
     from lakehouse.streaming.kafka_topics import KafkaUnreachable, TopicsMissing
     from lakehouse.streaming.continuous import UnknownTable as NotStreamed
 
     return (SettingsError, JarsMissing, BrokerError, KafkaUnreachable, SqlError, DemoFailed, UnknownAsset, UnknownJob,
-            UnknownPartition, MixError, UnknownTable, BadRange, BadReplay, NotStreamed, EndpointError, TopicsMissing)
+            UnknownPartition, MixError, PipelineError, UnknownTable, BadRange, BadReplay, NotStreamed, EndpointError, TopicsMissing)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -249,7 +249,7 @@ def add_stream_commands(sub: argparse._SubParsersAction) -> None:
                     "(materializations and observations with rows, Delta version, offsets and lag) and every "
                     "micro-batch's progress is appended to the table stream_progress. Ctrl-C or SIGTERM lets each "
                     "query finish its micro-batch, then stops it.")
-    p.add_argument("tables", nargs="*", metavar="TABLE", help="tables to stream, e.g. silver_orders (default: all)")
+    p.add_argument("tables", nargs="*", metavar="TABLE", help="tables to stream, e.g. silver_<entity> gold_<mart> (default: all)")
     p.add_argument("--no-dagster", action="store_true", help="do not report to the Dagster instance")
     p.set_defaults(fn=cmd_stream)
 

@@ -146,11 +146,11 @@ SPARK_MASTER = _matching(
 BOOTSTRAP = _matching(_HOST_PORTS, "use host:port or a comma list of them, ports 1-65535")
 HOST = _matching(_HOST, "use a host name or an IP address")
 WATERMARKS = Rule(
-    'write it as flow=duration;flow=duration, e.g. "gold_sessions=1 hour;gold_order_payments=45 minutes"',
+    'write it as flow=duration;flow=duration, e.g. "gold_sessions=1 hour;gold_joined=45 minutes"',
     _parse_pairs, _is_watermarks)
 TRIGGERS = Rule(
     'write it as name=duration;name=duration with a layer (bronze, silver, gold) or a flow as the name, '
-    'e.g. "gold=5 seconds;bronze_orders=2 seconds"', _parse_pairs, _is_triggers)
+    'e.g. "gold=5 seconds;bronze_clicks=2 seconds"', _parse_pairs, _is_triggers)
 SPARK_CONF = Rule("write it as key=value;key=value with spark.* keys", _parse_conf, _is_conf)
 REPLAY_WINDOW = Rule(
     'use a Spark interval of at least 1 hour such as "7 days" or "1 day 12 hours"',
@@ -214,6 +214,10 @@ def _check(f: dataclasses.Field, value: Any) -> None:
 class Settings:
     """Every address, path and size the lakehouse uses; defaults run everything on one machine."""
 
+    pipeline: str = _setting(
+        "lakehouse.pipelines.shop", "The pipeline package the engine runs: a module path, installed or on "
+        "PYTHONPATH, whose PIPELINE declares its sources, gold tables and parameters (the shop by default).",
+        _matching(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", "use a Python module path such as my_company.pipelines.sensors"))
     home: str = _setting(_default_home, "State folder: jars, broker data, lake, Dagster home, logs.", PATH)
     lake_root: str = _setting("", "Root of all Delta tables: a folder or an object-store URI (s3a://...).", PATH)
     jars_dir: str = _setting("", "Where Maven puts the JVM jars.", PATH)
@@ -267,16 +271,6 @@ class Settings:
     gold_watermarks: Mapping[str, str] = _setting(
         dict, "Per-flow watermark delays that override LAKEHOUSE_GOLD_WATERMARK: flow=duration;flow=duration.",
         WATERMARKS)
-    hopping_window_size: str = _setting("15 minutes", "Length of the hopping revenue window.", DURATION)
-    hopping_window_slide: str = _setting("1 minute", "How often a new hopping revenue window starts.", DURATION)
-    sliding_window: str = _setting(
-        "30 minutes", "Look-back of the per-order sliding count of a customer's earlier orders.", DURATION)
-    sliding_threshold: int = _setting(
-        3, "A customer with at least this many orders in the sliding look-back before an order is flagged.",
-        _integer(1, 1_000_000))
-    session_gap: str = _setting("30 minutes", "Inactivity that ends a shopper's session.", DURATION)
-    payment_within: str = _setting("30 minutes", "How long after an order a payment still counts as its payment.",
-                                   DURATION)
     event_time_max_ahead: str = _setting(
         "1 day", "How far an event time may be ahead of the broker's append time before it is quarantined as implausible.",
         DURATION)
@@ -312,7 +306,7 @@ class Settings:
         True, "Check every silver and gold batch against its table's expectation suite (quality/suites.py); "
         "false skips the checks (for measuring what they cost).", BOOLEAN)
     serve_warm_up: bool = _setting(
-        True, "Have `lakehouse serve`, once it answers, run a few hundred orders through silver, gold and a backfill "
+        True, "Have `lakehouse serve`, once it answers, run a few hundred demo events through silver, gold and a backfill "
         "on a scratch lake, so that the first run sent to it is not a cold one.", BOOLEAN)
     quality_dir: str = _setting(
         "", "Great Expectations' project folder: suites, validation results and the HTML Data Docs.", PATH)

@@ -1,4 +1,4 @@
-"""Whole-table quality rules as Dagster asset checks: accounting identity, payment references, freshness.
+"""Whole-table quality rules as Dagster asset checks: accounting identity, references between tables, freshness.
 
 They read whole tables, so they are not run inside every batch: the job `quality_checks` runs them
 (hourly by its schedule, or from the UI), and `lakehouse quality report` prints them.
@@ -12,19 +12,22 @@ import dagster as dg
 
 from lakehouse.orchestration import served_runs
 from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
-from lakehouse.quality.table_checks import GOLD_COUNTS, TableCheck, freshness, gold_accounting, payment_references, silver_accounting
-from lakehouse.schemas import sources, tables
+from lakehouse.quality.table_checks import TableCheck, freshness, gold_accounting, references, silver_accounting
+from lakehouse.schemas import tables
+from lakehouse.schemas.pipeline import active_pipeline
 
 JOB = "quality_checks"
 SCHEDULE = "hourly_quality_checks"
 FRESHNESS_S = 24 * 3600     # a table whose newest event is older than a day warns
 
 
-def table_checks(spark, lake_root: str, declared: tuple = sources.SOURCES) -> list[TableCheck]:
+def table_checks(spark, lake_root: str, declared: tuple | None = None) -> list[TableCheck]:
     """Every whole-table rule over the lake, in table order (those whose tables exist)."""
+    pipeline = active_pipeline()
+    declared = pipeline.sources if declared is None else declared
     found = [silver_accounting(spark, s, lake_root) for s in declared]
-    found += [gold_accounting(spark, t, lake_root) for t in GOLD_COUNTS]
-    found.append(payment_references(spark, lake_root))
+    found += [gold_accounting(spark, t, lake_root, counts) for t, counts in pipeline.gold_counts.items()]
+    found += [references(spark, rule, lake_root) for rule in pipeline.references]
     specs = [s.silver_table for s in declared] + list(tables.GOLD)
     found += [freshness(spark, spec, lake_root, FRESHNESS_S) for spec in specs]
     return [c for c in found if c is not None]
@@ -33,8 +36,10 @@ def table_checks(spark, lake_root: str, declared: tuple = sources.SOURCES) -> li
 Compute = Callable[[object, str], TableCheck | None]
 
 
-def rules(declared: tuple = sources.SOURCES) -> dict[tuple[str, str], tuple[str, Compute]]:
+def rules(declared: tuple | None = None) -> dict[tuple[str, str], tuple[str, Compute]]:
     """(asset, check name) -> (description, what computes it from a session and the lake root)."""
+    pipeline = active_pipeline()
+    declared = pipeline.sources if declared is None else declared
     found: dict[tuple[str, str], tuple[str, Compute]] = {}
     for s in declared:
         found[(s.silver_table.name, "accounting")] = (
@@ -42,16 +47,16 @@ def rules(declared: tuple = sources.SOURCES) -> dict[tuple[str, str], tuple[str,
             "(bronze = silver + quarantine + late arrivals + duplicates, record by record).",
             lambda spark, root, s=s: silver_accounting(spark, s, root))
     names = {s.silver_table.name for s in declared}
-    for table, (silver, _, _) in GOLD_COUNTS.items():
-        if silver in names:
+    for table, counts in pipeline.gold_counts.items():
+        if counts[0] in names:
             found[(table, "accounting")] = (
-                f"Every {silver} event is counted in {table} or listed among its unreconciled late arrivals "
+                f"Every {counts[0]} event is counted in {table} or listed among its unreconciled late arrivals "
                 "(silver = counted + late arrivals).",
-                lambda spark, root, t=table: gold_accounting(spark, t, root))
-    if {"silver_payments", "silver_orders"} <= names:
-        found[("silver_payments", "references")] = (
-            "Every payment refers to an order silver_orders holds (warns: a payment may arrive before its order).",
-            payment_references)
+                lambda spark, root, t=table, c=counts: gold_accounting(spark, t, root, c))
+    for rule in pipeline.references:
+        if {rule.child, rule.parent} <= names:
+            found[(rule.child, "references")] = (
+                rule.description, lambda spark, root, rule=rule: references(spark, rule, root))
     for spec in [s.silver_table for s in declared] + list(tables.GOLD):
         found[(spec.name, "freshness")] = ("The newest event in the table is at most a day old (warns).",
                                            lambda spark, root, spec=spec: freshness(spark, spec, root, FRESHNESS_S))
@@ -79,7 +84,7 @@ def _check(asset: str, name: str, description: str, compute: Compute) -> dg.Asse
     return _run
 
 
-def build_table_checks(declared: tuple = sources.SOURCES) -> dict[str, list]:
+def build_table_checks(declared: tuple | None = None) -> dict[str, list]:
     """The asset checks, their job and its hourly schedule."""
     checks = [_check(asset, name, description, compute)
               for (asset, name), (description, compute) in rules(declared).items()]

@@ -7,6 +7,7 @@ from pyspark.sql import SparkSession
 
 from lakehouse.infra.settings import Settings, is_secret
 from lakehouse.infra.spark import get_spark
+from lakehouse.schemas.pipeline import active_pipeline
 from lakehouse.schemas.tables import QUALITY_RESULTS
 from lakehouse.streaming.context import FlowContext
 
@@ -56,12 +57,7 @@ class LakeResource(dg.ConfigurableResource):
     silver_dedup_watermark: str
     gold_watermark: str
     gold_watermarks: dict[str, str] = {}
-    hopping_window_size: str = "15 minutes"
-    hopping_window_slide: str = "1 minute"
-    sliding_window: str = "30 minutes"
-    sliding_threshold: int = 3
-    session_gap: str = "30 minutes"
-    payment_within: str = "30 minutes"
+    params: dict[str, str] = {}         # the pipeline's parameters (LAKEHOUSE_<NAME>); missing ones: defaults
     event_time_floor: str = "2000-01-01T00:00:00Z"
     event_time_max_ahead: str = "1 day"
     max_offsets_per_trigger: int = 0
@@ -88,12 +84,7 @@ class LakeResource(dg.ConfigurableResource):
             silver_dedup_watermark=self.silver_dedup_watermark,
             gold_watermark=self.gold_watermark,
             gold_watermarks=dict(self.gold_watermarks),
-            hopping_window_size=self.hopping_window_size,
-            hopping_window_slide=self.hopping_window_slide,
-            sliding_window=self.sliding_window,
-            sliding_threshold=self.sliding_threshold,
-            session_gap=self.session_gap,
-            payment_within=self.payment_within,
+            params=active_pipeline().param_values({}, **self.params),
             event_time_floor=self.event_time_floor,
             event_time_max_ahead=self.event_time_max_ahead,
             max_offsets_per_trigger=self.max_offsets_per_trigger,
@@ -119,9 +110,7 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
         "lake": LakeResource(
             root=settings.lake_root, silver_dedup_watermark=settings.silver_dedup_watermark,
             gold_watermark=settings.gold_watermark, gold_watermarks=dict(settings.gold_watermarks),
-            hopping_window_size=settings.hopping_window_size, hopping_window_slide=settings.hopping_window_slide,
-            sliding_window=settings.sliding_window, sliding_threshold=settings.sliding_threshold,
-            session_gap=settings.session_gap, payment_within=settings.payment_within,
+            params={name: str(value) for name, value in active_pipeline().param_values().items()},
             max_offsets_per_trigger=settings.max_offsets_per_trigger, max_bytes_per_trigger=settings.max_bytes_per_trigger,
             catch_up_parallel=settings.catch_up_parallel,
             event_time_floor=settings.event_time_floor, event_time_max_ahead=settings.event_time_max_ahead,

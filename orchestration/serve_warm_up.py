@@ -11,6 +11,7 @@ for it instead of competing for the cores; queries do not wait. The scratch lake
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -19,15 +20,13 @@ from datetime import datetime, timedelta, timezone
 from pyspark.sql import SparkSession
 
 from lakehouse.infra.settings import Settings
-from lakehouse.schemas import topics
 from lakehouse.schemas.tables import QUALITY_RESULTS
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.lake_files import delete_tree
 
 log = logging.getLogger("lakehouse")
 
-ORDERS = 300        # enough for a few windows of each currency; small enough to take seconds once warm
-SILVER, GOLD = "silver_orders", "gold_revenue_per_minute"
+EVENTS = 300        # enough for a few windows; small enough to take seconds once warm
 KAFKA_ROW = ("key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, "
              "partition int, offset long, timestamp timestamp, timestampType int")
 
@@ -41,8 +40,8 @@ def warm_up_runs(spark: SparkSession, settings: Settings, lock: threading.Lock) 
     """Run the warm-up under `lock`, saying so in the log; its seconds, or None when it failed (the endpoint serves anyway)."""
     from lakehouse.batch.backfill import backfill_flow
     from lakehouse.quality.gate import Gate
+    from lakehouse.schemas.pipeline import active_pipeline
     from lakehouse.streaming.flows import FLOWS
-    from lakehouse.streaming.generator import generate
     from lakehouse.streaming.runner import run_flow
     from lakehouse.streaming.transforms.bronze import to_bronze
 
@@ -53,10 +52,19 @@ def warm_up_runs(spark: SparkSession, settings: Settings, lock: threading.Lock) 
         try:
             delete_tree(spark, root)   # what a warm-up cut off by a kill left
             sent = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(hours=1)
-            records = [r for r in generate(ORDERS * 8, seed=7, start=sent) if r.topic == topics.ORDERS.name][:ORDERS]
+            # The pipeline's first gold flow that reads one silver table, and that table's silver flow.
+            by_target = {f.target.name: f for f in FLOWS}
+            gold = next(f for f in FLOWS if f.target.layer == "gold" and len(f.sources) == 1 and not f.lookups
+                        and f.sources[0].name in by_target)
+            silver = by_target[gold.sources[0].name]
+            SILVER, GOLD = silver.name, gold.name
+            flows = {SILVER: silver, GOLD: gold}
+            topic = silver.schema.name if silver.schema is not None else ""
+            demo = active_pipeline().demo
+            events = demo.events(seed=7, start=sent) if demo is not None else iter(())
+            records = [r for r in itertools.islice(events, EVENTS * 20) if r.topic == topic][:EVENTS]
             rows = [(r.key, r.encode(sent), list(r.headers), r.topic, 0, n, sent + timedelta(milliseconds=n), 0)
                     for n, r in enumerate(records)]
-            flows = {f.name: f for f in FLOWS if f.name in (SILVER, GOLD)}
             ctx = FlowContext(lake_root=root, kafka_bootstrap="unused:9092",
                               quality=Gate(QUALITY_RESULTS.path(root), None) if settings.quality else None)
             bronze = flows[SILVER].sources[0].path(root)

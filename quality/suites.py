@@ -9,8 +9,8 @@ renders it in Data Docs) with a severity:
 - fail: the table's query stops, before anything of the batch is written, with one sentence naming the
   expectation and the batch's Kafka offsets.
 
-A declared source gets a silver suite from its declaration (keys, event time, coordinates); the shop's
-tables add their own value rules below. Rules that span tables or whole tables (referential integrity,
+A declared source gets a silver suite from its declaration (keys, event time, coordinates); a pipeline
+adds its own value rules (`Pipeline.silver_rules`) and its gold tables' suites (`Pipeline.gold_suites`). Rules that span tables or whole tables (referential integrity,
 freshness, the accounting identity) are table checks (quality/table_checks.py), not batch expectations.
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
-from lakehouse.schemas import sources as declared_sources
-from lakehouse.schemas.sources import CATEGORIES, CURRENCIES, MAX_ORDER_CENTS, PAGE_TYPES, PAYMENT_STATUSES, TIERS, Source
+from lakehouse.schemas.pipeline import Pipeline, active_pipeline
+from lakehouse.schemas.sources import Source
 from lakehouse.schemas.tables import KAFKA_COORDINATES, TableSpec
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class Expectation:
 
     @property
     def name(self) -> str:
-        """`expect_column_values_to_be_between(total_cents)`: the reason a dropped row carries in quarantine."""
+        """`expect_column_values_to_bebetween(total_cents)`: the reason a dropped row carries in quarantine."""
         return f"{self.type}({', '.join(self.columns)})"
 
 
@@ -124,23 +124,23 @@ class Suite:
         return tuple(e for e in self.expectations if e.severity in severities)
 
 
-def _not_null(*columns: str, severity: Severity = "fail") -> list[Expectation]:
+def not_null(*columns: str, severity: Severity = "fail") -> list[Expectation]:
     gxe = _gxe()
     return [Expectation(gxe.ExpectColumnValuesToNotBeNull(column=c), severity) for c in columns]
 
 
-def _unique(*columns: str, severity: Severity = "fail") -> Expectation:
+def unique(*columns: str, severity: Severity = "fail") -> Expectation:
     gxe = _gxe()
     if len(columns) == 1:
         return Expectation(gxe.ExpectColumnValuesToBeUnique(column=columns[0]), severity)
     return Expectation(gxe.ExpectCompoundColumnsToBeUnique(column_list=list(columns)), severity)
 
 
-def _in_set(column: str, values: Iterable[str], severity: Severity = "warn") -> Expectation:
+def in_set(column: str, values: Iterable[str], severity: Severity = "warn") -> Expectation:
     return Expectation(_gxe().ExpectColumnValuesToBeInSet(column=column, value_set=list(values)), severity)
 
 
-def _between(column: str, low: int | None, high: int | None = None, severity: Severity = "warn", **kw) -> Expectation:
+def between(column: str, low: int | None, high: int | None = None, severity: Severity = "warn", **kw) -> Expectation:
     return Expectation(_gxe().ExpectColumnValuesToBeBetween(column=column, min_value=low, max_value=high, **kw), severity)
 
 
@@ -148,8 +148,8 @@ def silver_suite(source: Source, extra: Iterable[Expectation] = ()) -> Suite:
     """What every silver table promises: an event id, unique within the batch; its event time; its Kafka coordinates."""
     table = source.silver_table
     return Suite(table.suite or table.name, table.name, (
-        *_not_null("event_id", source.event_time, *KAFKA_COORDINATES),
-        _unique("event_id"),
+        *not_null("event_id", source.event_time, *KAFKA_COORDINATES),
+        unique("event_id"),
         *extra,
     ))
 
@@ -159,8 +159,8 @@ def dimension_suite(source: Source, extra: Iterable[Expectation] = ()) -> Suite:
     table = source.dimension_table
     assert table is not None and source.dimension is not None
     return Suite(table.suite or table.name, table.name, (
-        *_not_null(*table.keys),
-        _unique(*table.keys),
+        *not_null(*table.keys),
+        unique(*table.keys),
         *extra,
     ), row_level=False)
 
@@ -168,108 +168,42 @@ def dimension_suite(source: Source, extra: Iterable[Expectation] = ()) -> Suite:
 def gold_suite(table: TableSpec, *extra: Expectation, keys_not_null: bool = True) -> Suite:
     """A gold table's rows in a batch: keys present and unique (MERGE needs that too), plus its value rules."""
     return Suite(table.suite or table.name, table.name, (
-        *(_not_null(*table.keys) if keys_not_null else []),
-        _unique(*table.keys),
+        *(not_null(*table.keys) if keys_not_null else []),
+        unique(*table.keys),
         *extra,
     ), row_level=False)
 
 
-def _shop_silver() -> dict[str, list[Expectation]]:
-    """The shop's own value rules, beyond what every table of its kind promises. Ids that do not look like the
-    shop's are dropped to quarantine: a producer bug, not an event anyone should count."""
-    gxe = _gxe()
-    return {
-        "page_views": [
-            Expectation(gxe.ExpectColumnValuesToMatchRegex(column="customer_id", regex=r"^c-\d+$"), "drop"),
-            _in_set("page_type", PAGE_TYPES),
-        ],
-        "orders": [
-            Expectation(gxe.ExpectColumnValuesToMatchRegex(column="order_id", regex=r"^o-"), "drop"),
-            _between("total_cents", 0, MAX_ORDER_CENTS, "drop"),
-            _between("item_count", 1, None),
-            _in_set("currency", CURRENCIES),
-        ],
-        "payments": [
-            Expectation(gxe.ExpectColumnValuesToMatchRegex(column="order_id", regex=r"^o-"), "drop"),
-            _between("amount_cents", 0, MAX_ORDER_CENTS, "drop"),
-            _in_set("status", PAYMENT_STATUSES),
-            _in_set("currency", CURRENCIES),
-        ],
-        "products": [_in_set("category", CATEGORIES), _between("list_price_cents", 0, MAX_ORDER_CENTS)],
-        "customers": [_in_set("tier", TIERS)],
-    }
+def silver_rules(pipeline: Pipeline | None = None) -> dict[str, list[Expectation]]:
+    """The pipeline's own silver value rules per entity, built (and GX imported) when first asked for, then kept:
+    a test may extend them."""
+    pipeline = pipeline or active_pipeline()
+    if pipeline.name not in _SILVER_RULES:
+        _SILVER_RULES[pipeline.name] = {k: list(v) for k, v in pipeline.silver_rules().items()}
+    return _SILVER_RULES[pipeline.name]
 
 
-def _shop_rules() -> dict[str, list[Expectation]]:
-    # SHOP_SILVER is built (and GX imported) when first asked for, then kept: a test may extend it.
-    if "SHOP_SILVER" not in globals():
-        globals()["SHOP_SILVER"] = _shop_silver()
-    return globals()["SHOP_SILVER"]
+_SILVER_RULES: dict[str, dict[str, list[Expectation]]] = {}
 
 
-def __getattr__(name: str) -> Any:
-    if name == "SHOP_SILVER":
-        return _shop_rules()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _gold_suites() -> list[tuple[TableSpec, Callable[[TableSpec], Suite]]]:
-    """Each gold table that has a suite, with the function that builds it (building imports GX)."""
-    from lakehouse.schemas import tables as t
-
-    def non_negative(*cols: str) -> list[Expectation]:
-        return [_between(c, 0, None) for c in cols]
-
-    def sessions(table: TableSpec) -> Suite:
-        return gold_suite(table, *non_negative("page_views", "orders"), Expectation(
-            _gxe().ExpectColumnPairValuesAToBeGreaterThanB(column_A="session_end", column_B="session_start",
-                                                           or_equal=True), "fail"))
-
-    def page_views_enriched(table: TableSpec) -> Suite:
-        return gold_suite(table, *_not_null("customer_tier", severity="warn"), Expectation(
-            _gxe().ExpectColumnValuesToNotBeNull(column="category", row_condition="product_id IS NOT NULL",
-                                                 condition_parser="spark"), "warn"))
-
-    return [
-        (t.GOLD_REVENUE_PER_MINUTE, lambda table: gold_suite(
-            table, *non_negative("revenue_cents", "orders", "items"), _in_set("currency", CURRENCIES))),
-        (t.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE, lambda table: gold_suite(table, *non_negative("views"))),
-        (t.GOLD_REVENUE_HOPPING, lambda table: gold_suite(
-            table, *non_negative("revenue_cents", "orders"), _in_set("currency", CURRENCIES))),
-        (t.GOLD_ORDER_VELOCITY, lambda table: gold_suite(
-            table, *non_negative("orders_before"), *_not_null("customer_id", "ordered_at"))),
-        (t.GOLD_SESSIONS, sessions),
-        # Unpaid orders have no payment and orphan payments no order: its keys may be null, not both.
-        (t.GOLD_ORDER_PAYMENTS, lambda table: gold_suite(
-            table, *_not_null("order_id", "outcome"),
-            _in_set("outcome", ("matched", "unpaid", "payment_without_order"), "fail"), keys_not_null=False)),
-        (t.GOLD_PROCESSING_DELAY, lambda table: gold_suite(table, *non_negative("events"))),
-        # An order line whose product has no version yet has no category: recorded, not a reason to stop.
-        (t.GOLD_CATEGORY_REVENUE_PER_MINUTE, lambda table: gold_suite(
-            table, *_not_null("window_start", "currency"), *_not_null("category", severity="warn"),
-            *non_negative("revenue_cents", "units", "orders"), keys_not_null=False)),
-        # Every enriched row found its dimension version: a miss is a late or missing product or customer change.
-        (t.GOLD_ORDER_LINES_ENRICHED, lambda table: gold_suite(
-            table, *non_negative("quantity", "line_cents"), *_not_null("category", "customer_tier", severity="warn"))),
-        (t.GOLD_PAGE_VIEWS_ENRICHED, page_views_enriched),
-    ]
-
-
-def suite_tables(declared: Iterable[Source] = ()) -> set[str]:
+def suite_tables(declared: Iterable[Source] = (), pipeline: Pipeline | None = None) -> set[str]:
     """The tables that have a suite, without building any (that would import GX)."""
-    declared = tuple(declared) or declared_sources.SOURCES
+    pipeline = pipeline or active_pipeline()
+    declared = tuple(declared) or pipeline.sources
     return ({s.silver_table.name for s in declared} | {s.dimension_table.name for s in declared if s.dimension}
-            | {table.name for table, _ in _gold_suites()})
+            | {table.name for table, _ in pipeline.gold_suites()})
 
 
-def build_suites(declared: Iterable[Source] = ()) -> dict[str, Suite]:
+def build_suites(declared: Iterable[Source] = (), pipeline: Pipeline | None = None) -> dict[str, Suite]:
     """Every suite by name (a table's `suite`, else its own name): each declared source's silver and dimension
     suites, then gold's."""
-    declared = tuple(declared) or declared_sources.SOURCES
+    pipeline = pipeline or active_pipeline()
+    declared = tuple(declared) or pipeline.sources
+    rules = silver_rules(pipeline)
     suites: list[Suite] = []
     for source in declared:
-        suites.append(silver_suite(source, _shop_rules().get(source.entity, ()) if source in declared_sources.SOURCES else ()))
+        suites.append(silver_suite(source, rules.get(source.entity, ()) if source in pipeline.sources else ()))
         if source.dimension is not None:
             suites.append(dimension_suite(source))
-    suites += [build(table) for table, build in _gold_suites()]
+    suites += [build(table) for table, build in pipeline.gold_suites()]
     return {s.name: s for s in suites}

@@ -4,7 +4,7 @@
   or a duplicate of an event silver holds. A record in none of them is lost; the check names how many.
 - accounting (gold): every silver event is counted in the gold table or listed among its flow's
   unreconciled late arrivals (silver = counted + late arrivals).
-- references: every payment refers to an order silver holds (a warning: a payment may come first).
+- references: every row of a silver table refers to a row another holds, as the pipeline declares (warns).
 - freshness: the newest event in the table is at most a given age.
 """
 
@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.schemas import tables
+from lakehouse.schemas.pipeline import Reference, active_pipeline
 from lakehouse.schemas.sources import Source
 from lakehouse.schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
 
@@ -90,21 +91,18 @@ def silver_accounting(spark: SparkSession, source: Source, lake_root: str) -> Ta
         figures)
 
 
-# Gold tables whose events can be counted: the silver table, what one silver event adds to the gold count,
-# and how to count the gold table (an SQL aggregate).
-GOLD_COUNTS = {
-    "gold_revenue_per_minute": ("silver_orders", "1", "sum(orders)"),
-    "gold_order_velocity": ("silver_orders", "1", "count(*)"),
-    "gold_order_lines_enriched": ("silver_orders", "size(lines)", "count(*)"),
-    "gold_page_views_enriched": ("silver_page_views", "1", "count(*)"),
-}
+def gold_accounting(spark: SparkSession, table: str, lake_root: str, counts: tuple[str, str, str] | None = None
+                    ) -> TableCheck | None:
+    """silver = counted in gold + the flow's unreconciled late arrivals.
 
-
-def gold_accounting(spark: SparkSession, table: str, lake_root: str) -> TableCheck | None:
-    """silver = counted in gold + the flow's unreconciled late arrivals."""
-    if table not in GOLD_COUNTS:
+    `counts` is what the pipeline declares for the table (Pipeline.gold_counts): the silver table, what one of
+    its events adds to the gold count (SQL), and the SQL aggregate that counts the gold table.
+    """
+    if counts is None:
+        counts = active_pipeline().gold_counts.get(table)
+    if counts is None:
         return None
-    silver_name, per_event, counted = GOLD_COUNTS[table]
+    silver_name, per_event, counted = counts
     gold, silver = _read(spark, tables.BY_NAME[table], lake_root), _read(spark, tables.BY_NAME[silver_name], lake_root)
     if gold is None or silver is None:
         return None
@@ -126,19 +124,20 @@ def gold_accounting(spark: SparkSession, table: str, lake_root: str) -> TableChe
         {"silver": events, "counted": in_gold, "late_unreconciled": unreconciled, "unaccounted": missing})
 
 
-def payment_references(spark: SparkSession, lake_root: str) -> TableCheck | None:
-    """Every payment refers to an order silver holds (warn: a payment for an order not seen is kept, and listed)."""
-    payments, orders = _read(spark, tables.BY_NAME["silver_payments"], lake_root), _read(spark, tables.SILVER_ORDERS, lake_root)
-    if payments is None:
+def references(spark: SparkSession, rule: Reference, lake_root: str) -> TableCheck | None:
+    """Every row of the rule's child table refers to a row its parent table holds (warn: kept, and listed)."""
+    child, parent = _read(spark, tables.BY_NAME[rule.child], lake_root), _read(spark, tables.BY_NAME[rule.parent], lake_root)
+    if child is None:
         return None
-    total = payments.count()
-    orphans = payments if orders is None else payments.join(orders.select("order_id"), "order_id", "left_anti")
+    total = child.count()
+    orphans = child if parent is None else child.join(
+        parent.select(F.col(rule.column)).distinct(), rule.column, "left_anti")
     n = orphans.count()
-    samples = [r[0] for r in orphans.select("payment_id").limit(5).collect()]
-    return TableCheck("references", "silver_payments", n == 0, "warn",
-                      f"{n} of {total} payments refer to an order silver_orders does not hold"
+    samples = [r[0] for r in orphans.select(rule.sample).limit(5).collect()]
+    return TableCheck("references", rule.child, n == 0, "warn",
+                      f"{n} of {total} rows of {rule.child} refer to a {rule.column} {rule.parent} does not hold"
                       + (f", e.g. {', '.join(samples)}" if samples else ""),
-                      {"payments": total, "without_order": n})
+                      {"rows": total, "orphans": n})
 
 
 def freshness(spark: SparkSession, spec: TableSpec, lake_root: str, max_age_s: float,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pyspark.sql.types import StructType
 
-from lakehouse.schemas import from_sources
+from lakehouse.schemas import from_pipeline
 
 
 @dataclass(frozen=True)
@@ -26,12 +26,5 @@ class EventSchema:
         return tuple(self.payload.fieldNames())
 
 
-# The shop's schemas are declared with their sources (schemas/sources.py).
-__getattr__ = from_sources(__name__, {
-    "PAGE_VIEWS_V1": lambda s: s.PAGE_VIEWS.schema,
-    "ORDERS_V1": lambda s: s.ORDERS.schema,
-    "ALL": lambda s: tuple(source.schema for source in s.SOURCES),
-    "PAGE_TYPES": lambda s: s.PAGE_TYPES,
-    "CURRENCIES": lambda s: s.CURRENCIES,
-    "ORDER_LINE": lambda s: s.ORDER_LINE,
-})
+# The active pipeline's schemas (LAKEHOUSE_PIPELINE), one per declared source.
+__getattr__ = from_pipeline(__name__, {"ALL": lambda p: tuple(source.schema for source in p.sources)})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from lakehouse.schemas import from_sources
+from lakehouse.schemas import from_pipeline
 from lakehouse.schemas.events import EventSchema
 
 DAY_MS = 24 * 60 * 60 * 1000
@@ -47,10 +47,8 @@ class TopicSpec:
         }
 
 
-# Topics follow from the source declarations (schemas/sources.py).
-__getattr__ = from_sources(__name__, {
-    "PAGE_VIEWS": lambda s: s.PAGE_VIEWS.topic_spec,
-    "ORDERS": lambda s: s.ORDERS.topic_spec,
-    "ALL": lambda s: tuple(source.topic_spec for source in s.SOURCES),
-    "BY_NAME": lambda s: {source.topic: source.topic_spec for source in s.SOURCES},
+# The active pipeline's topics (LAKEHOUSE_PIPELINE), one per declared source.
+__getattr__ = from_pipeline(__name__, {
+    "ALL": lambda p: tuple(source.topic_spec for source in p.sources),
+    "BY_NAME": lambda p: {source.topic: source.topic_spec for source in p.sources},
 })

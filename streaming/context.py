@@ -98,12 +98,7 @@ class FlowContext:
     silver_dedup_watermark: str = "1 hour"
     gold_watermark: str = "10 minutes"
     gold_watermarks: Mapping[str, str] = field(default_factory=dict)   # per-flow overrides
-    hopping_window_size: str = "15 minutes"
-    hopping_window_slide: str = "1 minute"
-    sliding_window: str = "30 minutes"
-    sliding_threshold: int = 3
-    session_gap: str = "30 minutes"
-    payment_within: str = "30 minutes"
+    params: Mapping[str, object] = field(default_factory=lambda: _pipeline_params())  # the pipeline's parameters
     event_time_floor: str = "2000-01-01T00:00:00Z"
     event_time_max_ahead: str = "1 day"
     max_offsets_per_trigger: int = 0        # 0: no cap
@@ -140,6 +135,13 @@ class FlowContext:
     def holding_results(self, spark: object) -> ContextManager[None]:
         """The quality gate's `holding_results` (validation results written once, at the end); nothing without a gate."""
         return self.quality.holding_results(spark) if self.quality is not None else nullcontext()
+
+
+def _pipeline_params() -> dict[str, object]:
+    """The active pipeline's parameter values (LAKEHOUSE_<NAME>, else each one's default)."""
+    from lakehouse.schemas.pipeline import active_pipeline
+
+    return active_pipeline().param_values()
 
 
 def offsets_covered(rows: "DataFrame") -> tuple[tuple[str, int, int, int], ...]:

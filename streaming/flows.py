@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.schemas import sources, tables
+from lakehouse.schemas import tables
+from lakehouse.schemas.pipeline import Pipeline, active_pipeline
 from lakehouse.schemas.events import EventSchema
 from lakehouse.schemas.sources import Source
 from lakehouse.schemas.tables import TableSpec
@@ -19,9 +21,6 @@ from lakehouse.streaming.dimension_batches import DimensionWriter
 from lakehouse.streaming.transforms.dimensions import to_dimension_changes
 from lakehouse.streaming.transforms.bronze import to_bronze
 from lakehouse.streaming.gold_batches import EventTimeWriter, RecomputeWriter, StepFunction, UpsertWriter, add_partials
-from lakehouse.streaming.transforms.dimensions import enrich_as_of
-from lakehouse.streaming.gold_steps import interval_join, join_state_rows, session_windows, sliding_counts
-from lakehouse.streaming.transforms import gold
 from lakehouse.streaming.transforms.silver import parse_events
 from lakehouse.streaming.lake_files import has_delta_log
 
@@ -181,31 +180,6 @@ class MissingDimension(RuntimeError):
     """A gold flow needs a dimension table that has not been built yet."""
 
 
-PRODUCT_ATTRIBUTES = {"category": "category", "list_price_cents": "list_price_cents"}
-CUSTOMER_ATTRIBUTES = {"tier": "customer_tier", "country": "customer_country"}
-
-
-def to_category_revenue(orders: DataFrame, *, dim_products: DataFrame) -> DataFrame:
-    """Tumbling: revenue, units and orders per one-minute window, product category as of the order's time, and currency."""
-    lines = enrich_as_of(gold.to_order_lines(orders), dim_products, key="product_id", event_time="ordered_at",
-                         attributes={"category": "category"})
-    return gold.to_category_revenue_per_minute(lines)
-
-
-def to_enriched_order_lines(orders: DataFrame, *, dim_products: DataFrame, dim_customers: DataFrame) -> DataFrame:
-    """Order lines with product and customer attributes as they were at the order's time (as-of join)."""
-    lines = enrich_as_of(gold.to_order_lines(orders), dim_products, key="product_id", event_time="ordered_at",
-                         attributes=PRODUCT_ATTRIBUTES)
-    return enrich_as_of(lines, dim_customers, key="customer_id", event_time="ordered_at", attributes=CUSTOMER_ATTRIBUTES)
-
-
-def to_enriched_page_views(page_views: DataFrame, *, dim_products: DataFrame, dim_customers: DataFrame) -> DataFrame:
-    """Page views with product and customer attributes as they were at the view's time (as-of join)."""
-    views = page_views.select("event_id", "occurred_at", "customer_id", "page_type", "product_id", "url")
-    views = enrich_as_of(views, dim_products, key="product_id", event_time="occurred_at", attributes=PRODUCT_ATTRIBUTES)
-    return enrich_as_of(views, dim_customers, key="customer_id", event_time="occurred_at", attributes=CUSTOMER_ATTRIBUTES)
-
-
 def enriched(name: str, source: TableSpec, target: TableSpec, compute: Callable[..., DataFrame],
              lookups: tuple[TableSpec, ...]) -> Flow:
     """A stateless gold flow: each batch enriched as of its events' time and upserted on the table's keys."""
@@ -217,72 +191,67 @@ def enriched(name: str, source: TableSpec, target: TableSpec, compute: Callable[
     return Flow(name, source, target, passthrough, output="batch", writer=writer, aggregate=compute, lookups=lookups)
 
 
-def _sums(keys: tuple[str, ...], sums: tuple[str, ...]) -> Callable[[FlowContext], StepFunction]:
+def windowed_sums(keys: tuple[str, ...], sums: tuple[str, ...]) -> Callable[[FlowContext], StepFunction]:
+    """The step of a window flow whose partial aggregates are sums and counts: added to the matching rows."""
     return lambda ctx: add_partials(keys, sums)
 
 
-ORDERS, PAGE_VIEWS = sources.ORDERS.silver_table, sources.PAGE_VIEWS.silver_table
+def recomputed(name: str, sources_: tuple[TableSpec, ...], target: TableSpec, *, narrow: Callable[..., DataFrame],
+               compute: Callable[[DataFrame], DataFrame], keys: tuple[str, ...], bucket_column: str,
+               bucket_width: str = "1 minute", event_time: str = "occurred_at") -> Flow:
+    """A gold flow of figures that cannot be merged from partials (percentiles): the buckets a batch touches are
+    recomputed from every silver table it reads (RecomputeWriter)."""
+    unit = bucket_width.split()[-1].rstrip("s")
 
-GOLD_FLOWS: tuple[Flow, ...] = (
-    # Version 2: merged under the flow's own watermark (v1 upserted Spark's windowed aggregation).
-    stateful("gold_revenue_per_minute", ORDERS, tables.GOLD_REVENUE_PER_MINUTE, gold.to_revenue_per_minute,
-             step=_sums(("window_start", "currency"), ("revenue_cents", "orders", "items")), version=2),
-    stateful("gold_page_views_per_product_minute", PAGE_VIEWS, tables.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE,
-             gold.to_page_views_per_product_minute, transform=gold.to_product_page_views,
-             step=_sums(("window_start", "product_id"), ("views",)), version=2),
-    stateful("gold_revenue_hopping", ORDERS, tables.GOLD_REVENUE_HOPPING, gold.to_revenue_hopping,
-             params=lambda ctx: {"size": ctx.hopping_window_size, "slide": ctx.hopping_window_slide},
-             step=_sums(("window_start", "currency"), ("revenue_cents", "orders"))),
-    stateful("gold_order_velocity", ORDERS, tables.GOLD_ORDER_VELOCITY, passthrough,
-             step=lambda ctx: sliding_counts(window_micros=duration_micros(ctx.sliding_window),
-                                             threshold=ctx.sliding_threshold), defined_by=gold.to_order_velocity),
-    stateful("gold_sessions", (PAGE_VIEWS, ORDERS), tables.GOLD_SESSIONS, passthrough,
-             transform=gold.to_activity_events,
-             step=lambda ctx: session_windows(gap_micros=duration_micros(ctx.session_gap)), defined_by=gold.to_sessions),
-)
-def delay_writer(flow: Flow, ctx: FlowContext) -> RecomputeWriter:
-    """gold_processing_delay's writer: the minutes a batch touches, recomputed from every silver table it reads."""
-    return RecomputeWriter(
-        target=flow.target, lake_root=ctx.lake_root, app_id=flow.app_id,
-        silver_paths=[ctx.input_path(s) for s in flow.sources], narrow=gold.to_delay_events,
-        compute=gold.to_processing_delay, keys=("minute", "topic"),
-        bucket=lambda df: df.withColumn("minute", F.date_trunc("minute", "occurred_at")),
-        bucket_time=("minute", "occurred_at", 60_000_000), ctx=ctx,
-    )
+    def writer(flow: Flow, ctx: FlowContext) -> RecomputeWriter:
+        return RecomputeWriter(
+            target=flow.target, lake_root=ctx.lake_root, app_id=flow.app_id,
+            silver_paths=[ctx.input_path(s) for s in flow.sources], narrow=narrow, compute=compute, keys=keys,
+            bucket=lambda df: df.withColumn(bucket_column, F.date_trunc(unit, event_time)),
+            bucket_time=(bucket_column, event_time, duration_micros(bucket_width)), ctx=ctx,
+        )
+
+    return Flow(name, sources_, target, narrow, output="batch", writer=writer, aggregate=compute)
 
 
-EVENT_SOURCES = tuple(s.silver_table for s in sources.SOURCES if s.dimension is None)
-DIM_PRODUCTS, DIM_CUSTOMERS = sources.PRODUCTS.dimension_table, sources.CUSTOMERS.dimension_table
-GOLD_FLOWS += (
-    Flow("gold_processing_delay", EVENT_SOURCES, tables.GOLD_PROCESSING_DELAY, gold.to_delay_events, output="batch",
-         writer=delay_writer, aggregate=gold.to_processing_delay),
-    stateful("gold_category_revenue_per_minute", ORDERS, tables.GOLD_CATEGORY_REVENUE_PER_MINUTE,
-             to_category_revenue, lookups=(DIM_PRODUCTS,),
-             step=_sums(("window_start", "category", "currency"), ("revenue_cents", "units", "orders"))),
-    enriched("gold_order_lines_enriched", ORDERS, tables.GOLD_ORDER_LINES_ENRICHED, to_enriched_order_lines,
-             (DIM_PRODUCTS, DIM_CUSTOMERS)),
-    enriched("gold_page_views_enriched", PAGE_VIEWS, tables.GOLD_PAGE_VIEWS_ENRICHED, to_enriched_page_views,
-             (DIM_PRODUCTS, DIM_CUSTOMERS)),
-    stateful("gold_order_payments", (ORDERS, sources.PAYMENTS.silver_table), tables.GOLD_ORDER_PAYMENTS,
-             passthrough, transform=gold.to_order_payment_events, state_rows=join_state_rows,
-             step=lambda ctx: interval_join(within_micros=duration_micros(ctx.payment_within)),
-             defined_by=interval_join),
-)
+def build_flows(declared: tuple[Source, ...] | None = None, pipeline: Pipeline | None = None) -> tuple[Flow, ...]:
+    """Every flow: each source's bronze flows, then its silver flows, then dimensions, then the pipeline's gold flows.
 
-
-def build_flows(declared: tuple[Source, ...] = sources.SOURCES) -> tuple[Flow, ...]:
-    """Every flow: each source's bronze flows, then its silver flows, then dimensions, then the gold flows."""
+    `declared` narrows the sources (a gold flow whose inputs are not among them is left out).
+    """
+    pipeline = pipeline or active_pipeline()
+    declared = tuple(pipeline.sources) if declared is None else tuple(declared)
     per_source = [source_flows(source) for source in declared]
     dims = [flow for flows in per_source for flow in flows[2:]]
     available = {source.silver_table.name for source in declared} | {flow.target.name for flow in dims}
-    gold = [flow for flow in GOLD_FLOWS if all(s.name in available for s in (*flow.sources, *flow.lookups))]
+    gold = [flow for flow in gold_flows(pipeline)
+            if all(s.name in available for s in (*flow.sources, *flow.lookups))]
     return (*(f[0] for f in per_source), *(f[1] for f in per_source), *dims, *gold)
 
 
-FLOWS: tuple[Flow, ...] = build_flows()
-BY_NAME = {flow.name: flow for flow in FLOWS}
+@functools.lru_cache(maxsize=None)
+def gold_flows(pipeline: Pipeline) -> tuple[Flow, ...]:
+    """The pipeline's gold flows, built once per pipeline."""
+    return tuple(pipeline.gold_flows())
+
+
+@functools.lru_cache(maxsize=None)
+def _registry(pipeline: Pipeline) -> tuple[tuple[Flow, ...], dict[str, Flow]]:
+    flows = build_flows(pipeline=pipeline)
+    return flows, {flow.name: flow for flow in flows}
+
+
+def __getattr__(name: str) -> Any:
+    """FLOWS, BY_NAME and GOLD_FLOWS: the active pipeline's (LAKEHOUSE_PIPELINE), built once per pipeline."""
+    if name == "FLOWS":
+        return _registry(active_pipeline())[0]
+    if name == "BY_NAME":
+        return _registry(active_pipeline())[1]
+    if name == "GOLD_FLOWS":
+        return gold_flows(active_pipeline())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def asset_names() -> list[str]:
     """Table assets in dependency order."""
-    return list(dict.fromkeys(flow.asset_name for flow in FLOWS))
+    return list(dict.fromkeys(flow.asset_name for flow in _registry(active_pipeline())[0]))

@@ -7,11 +7,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from confluent_kafka import KafkaError, Producer
 
-from lakehouse.streaming.generator import GeneratedRecord
 from lakehouse.streaming.kafka_topics import admin_client, check_topics_exist
 
 log = logging.getLogger(__name__)
@@ -65,7 +64,7 @@ def producer_config(bootstrap: str) -> dict[str, object]:
 
 
 def produce(
-    records: Iterable[GeneratedRecord],
+    records: Iterable[Any],
     *,
     bootstrap: str,
     rate: float = 0.0,

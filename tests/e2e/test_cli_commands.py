@@ -18,9 +18,10 @@ import dagster as dg
 
 from lakehouse.orchestration.runs import COMMAND_TAG, dagster_instance
 from lakehouse.schemas import topics
-from lakehouse.streaming.generator import generate
+from lakehouse.pipelines.shop.generator import generate
 from lakehouse.streaming.kafka_topics import ensure_topics
 from tests.conftest import free_port
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +72,7 @@ def test_topics_produce_status_run_and_sql(broker):
 
     ran = lakehouse(broker, "run", "bronze_orders", "bronze_page_views")
     assert ran.returncode == 0, ran.stderr[-2000:]
-    assert f"bronze_orders: rows_written={per_topic[topics.ORDERS.name]}" in ran.stdout
+    assert f"bronze_orders: rows_written={per_topic[shop.ORDERS.topic_spec.name]}" in ran.stdout
     # A run of the code location's job catch_up, tagged with the command, its materializations in the instance.
     instance = dagster_instance(broker)
     [run] = [r.dagster_run for r in instance.get_run_records(dg.RunsFilter(job_name="catch_up"))]
@@ -80,11 +81,11 @@ def test_topics_produce_status_run_and_sql(broker):
     assert f"run {run.run_id} of job catch_up" in ran.stdout
     [mat] = instance.fetch_materializations(dg.AssetKey("bronze_orders"), limit=5).records
     assert mat.run_id == run.run_id
-    assert mat.asset_materialization.metadata["rows_written"].value == per_topic[topics.ORDERS.name]
+    assert mat.asset_materialization.metadata["rows_written"].value == per_topic[shop.ORDERS.topic_spec.name]
 
     query = lakehouse(broker, "sql", "SELECT topic, count(*) AS n FROM bronze_page_views GROUP BY topic")
     assert query.returncode == 0, query.stderr[-2000:]
-    assert re.search(rf"{re.escape(topics.PAGE_VIEWS.name)}\s+\|\s+{per_topic[topics.PAGE_VIEWS.name]}\b", query.stdout)
+    assert re.search(rf"{re.escape(shop.PAGE_VIEWS.topic_spec.name)}\s+\|\s+{per_topic[shop.PAGE_VIEWS.topic_spec.name]}\b", query.stdout)
     assert "(1 row)" in query.stdout
 
 

@@ -15,9 +15,10 @@ from lakehouse.orchestration.definitions import build_definitions, defs
 from lakehouse.orchestration.resources import build_resources
 from lakehouse.schemas import topics
 from lakehouse.streaming import flows
-from lakehouse.streaming.generator import Mix, generate
+from lakehouse.pipelines.shop.generator import Mix, generate
 from lakehouse.streaming.kafka_topics import admin_client
 from lakehouse.streaming.producer import produce
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +35,7 @@ def test_definitions_load_with_the_expected_lineage():
     # written by every silver flow, so downstream of each silver asset in the lineage (late arrivals: gold's too)
     assert {d.asset_key for d in specs[dg.AssetKey("quarantine")].deps} == silver
     assert silver <= {d.asset_key for d in specs[dg.AssetKey("late_arrivals")].deps}
-    assert {d.asset_key for d in specs[dg.AssetKey("bronze_orders")].deps} == {topic_key(topics.ORDERS)}
+    assert {d.asset_key for d in specs[dg.AssetKey("bronze_orders")].deps} == {topic_key(shop.ORDERS.topic_spec)}
     assert {d.asset_key for d in specs[dg.AssetKey("silver_orders")].deps} == {dg.AssetKey("bronze_orders")}
     assert {d.asset_key for d in specs[dg.AssetKey("gold_revenue_per_minute")].deps} == {dg.AssetKey("silver_orders")}
     assert all(s.description for s in specs.values())
@@ -96,8 +97,8 @@ def test_every_asset_materializes_against_the_real_broker(spark, broker):
         assert check.metadata["verified_at_delta_version"].value == changed[check.asset_key.to_user_string()]["delta_version"]
 
     for topic, bronze, silver in (
-        (topics.ORDERS, "bronze_orders", "silver_orders"),
-        (topics.PAGE_VIEWS, "bronze_page_views", "silver_page_views"),
+        (shop.ORDERS.topic_spec, "bronze_orders", "silver_orders"),
+        (shop.PAGE_VIEWS.topic_spec, "bronze_page_views", "silver_page_views"),
     ):
         mine = [r for r in records if r.topic == topic.name]
         kinds = Counter(r.kind for r in mine)
@@ -118,7 +119,7 @@ def test_every_asset_materializes_against_the_real_broker(spark, broker):
     assert latest.metadata["by_schema_reason"].value == dict(expected)
     assert latest.metadata["dagster/row_count"].value == sum(expected.values())
 
-    valid_orders = [r.event for r in records if r.kind == "valid" and r.topic == topics.ORDERS.name]
+    valid_orders = [r.event for r in records if r.kind == "valid" and r.topic == shop.ORDERS.topic_spec.name]
     windows = {(e["occurred_at"][:16], e["currency"]) for e in valid_orders}
     assert meta["gold_revenue_per_minute"]["dagster/row_count"] == len(windows)
     assert meta["gold_revenue_per_minute"]["delta_version"] >= 1
@@ -127,7 +128,7 @@ def test_every_asset_materializes_against_the_real_broker(spark, broker):
 def test_topic_drift_is_reported_and_not_reverted(spark, broker):
     """A live topic whose retention differs from its spec fails the asset check and keeps its live value."""
     resources = build_resources(broker)
-    spec = topics.PAGE_VIEWS
+    spec = shop.PAGE_VIEWS.topic_spec
     _metadata(dg.materialize(build_assets(), resources=resources, selection=[topic_key(spec)]))
     admin = admin_client(broker.kafka_bootstrap)
     resource = ConfigResource(

@@ -22,6 +22,7 @@ from lakehouse.quality.suites import Expectation
 from lakehouse.schemas import topics
 from lakehouse.streaming.kafka_topics import ensure_topics
 from tests.integration.test_bad_input import START, encode, order, page_view, send
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +31,7 @@ LIMIT = Expectation(gxe.ExpectColumnValuesToBeBetween(column="total_cents", max_
 
 @pytest.fixture
 def planted_rule(monkeypatch):
-    monkeypatch.setitem(suites.SHOP_SILVER, "orders", [*suites.SHOP_SILVER["orders"], LIMIT])
+    monkeypatch.setitem(suites.silver_rules(), "orders", [*suites.silver_rules()["orders"], LIMIT])
 
 
 def test_a_fail_rule_blocks_the_tables_downstream_in_a_dagster_run(spark, broker, planted_rule):
@@ -38,8 +39,8 @@ def test_a_fail_rule_blocks_the_tables_downstream_in_a_dagster_run(spark, broker
     ensure_topics(broker.kafka_bootstrap, topics.ALL)
     orders = [order(f"o{i}", START + timedelta(seconds=i)) for i in range(4)]
     big = order("big", START + timedelta(seconds=9), lines=[{"product_id": "p-1", "quantity": 1, "unit_price_cents": 250_000}])
-    order_coords = send(broker.kafka_bootstrap, topics.ORDERS.name, [encode(p) for p in orders + [big]])
-    send(broker.kafka_bootstrap, topics.PAGE_VIEWS.name,
+    order_coords = send(broker.kafka_bootstrap, shop.ORDERS.topic_spec.name, [encode(p) for p in orders + [big]])
+    send(broker.kafka_bootstrap, shop.PAGE_VIEWS.topic_spec.name,
          [encode(page_view(f"v{i}", START + timedelta(seconds=i))) for i in range(3)])
 
     instance = dg.DagsterInstance.ephemeral()

@@ -25,11 +25,12 @@ from lakehouse.orchestration.streams import (
 from lakehouse.schemas import tables, topics
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import BY_NAME
-from lakehouse.streaming.generator import Mix, generate
+from lakehouse.pipelines.shop.generator import Mix, generate
 from lakehouse.streaming.health import latest_version, stream_health
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.runner import run_flow
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -145,16 +146,16 @@ def test_stream_alternates_with_catch_up_and_dagster_sees_it(spark, broker, tmp_
         records, report = send(settings, seed, datetime(2026, 11, 22, *hour_minute, tzinfo=timezone.utc))
         sent.extend(records)
         coords.update((d.topic, d.partition, d.offset) for d in report.deliveries.values()
-                      if d.topic == topics.ORDERS.name)
+                      if d.topic == shop.ORDERS.topic_spec.name)
 
     def valid_orders() -> dict[str, dict]:
-        return {r.event["event_id"]: r.event for r in sent if r.topic == topics.ORDERS.name and r.kind == "valid"}
+        return {r.event["event_id"]: r.event for r in sent if r.topic == shop.ORDERS.topic_spec.name and r.kind == "valid"}
 
     def silver_complete() -> bool:
-        return {r.event_id for r in read(spark, tables.SILVER_ORDERS, ctx)} == set(valid_orders())
+        return {r.event_id for r in read(spark, shop.ORDERS.silver_table, ctx)} == set(valid_orders())
 
     def gold_complete() -> bool:
-        rows = read(spark, tables.GOLD_REVENUE_PER_MINUTE, ctx)
+        rows = read(spark, shop.GOLD_REVENUE_PER_MINUTE, ctx)
         return sum(r.orders for r in rows) == len(valid_orders())
 
     log = tmp_path / "stream.log"
@@ -183,10 +184,10 @@ def test_stream_alternates_with_catch_up_and_dagster_sees_it(spark, broker, tmp_
     produce_phase(42, (12, 30))
     phase2 = len(coords) - before
     health = stream_health([BY_NAME[f] for f in FLOWS], ctx)
-    lag = lag_evaluation(topics.ORDERS, health, limit=10)
+    lag = lag_evaluation(shop.ORDERS.topic_spec, health, limit=10)
     assert not lag.passed
     assert _value(lag.metadata["max_lag_records"]) == phase2
-    assert lag_evaluation(topics.ORDERS, health, limit=phase2).passed
+    assert lag_evaluation(shop.ORDERS.topic_spec, health, limit=phase2).passed
 
     # The sensor, as the daemon runs it: topics observed as they are now, both checks red.
     for name, value in env_for(settings, LAKEHOUSE_STREAM_FRESHNESS="3 seconds", LAKEHOUSE_STREAM_LAG_LIMIT="10").items():
@@ -194,14 +195,14 @@ def test_stream_alternates_with_catch_up_and_dagster_sees_it(spark, broker, tmp_
             monkeypatch.setenv(name, value)
     result = build_stream_sensor()(dg.build_sensor_context(instance=instance))
     observed = {e.asset_key: e for e in result.asset_events if isinstance(e, dg.AssetObservation)}
-    orders = observed[topic_key(topics.ORDERS)].metadata
+    orders = observed[topic_key(shop.ORDERS.topic_spec)].metadata
     assert _value(orders["retained_records"]) == len(coords)
     assert _value(orders["consumer_lag"])["bronze_orders"] and _value(orders["lag_records"]) == phase2
     checks = {(e.asset_key.to_user_string(), e.check_name): e.passed for e in result.asset_events
               if isinstance(e, dg.AssetCheckEvaluation)}
     assert checks[("gold_revenue_per_minute", FRESHNESS_CHECK)] is False
     assert checks[("silver_orders", FRESHNESS_CHECK)] is False
-    assert checks[(topic_key(topics.ORDERS).to_user_string(), "consumer_lag")] is False
+    assert checks[(topic_key(shop.ORDERS.topic_spec).to_user_string(), "consumer_lag")] is False
     assert checks[(topic_key(topics.BY_NAME["shop.payments.v1"]).to_user_string(), "consumer_lag")] is True   # nobody reads it
 
     # 3. Triggered: a catch-up on the same lake and checkpoints takes the new events.
@@ -216,12 +217,12 @@ def test_stream_alternates_with_catch_up_and_dagster_sees_it(spark, broker, tmp_
     assert stream.terminate() == 0, log.read_text()[-3000:]
 
     # Nothing lost, nothing twice, in any layer.
-    bronze = [(r.topic, r.partition, r.offset) for r in read(spark, tables.BRONZE_ORDERS, ctx)]
+    bronze = [(r.topic, r.partition, r.offset) for r in read(spark, shop.ORDERS.bronze_table, ctx)]
     assert len(bronze) == len(set(bronze)) and set(bronze) == coords
-    ids = [r.event_id for r in read(spark, tables.SILVER_ORDERS, ctx)]
+    ids = [r.event_id for r in read(spark, shop.ORDERS.silver_table, ctx)]
     assert len(ids) == len(set(ids)) and set(ids) == set(valid_orders())
     got = {(r.window_start, r.currency): [r.revenue_cents, r.orders, r.items]
-           for r in read(spark, tables.GOLD_REVENUE_PER_MINUTE, ctx)}
+           for r in read(spark, shop.GOLD_REVENUE_PER_MINUTE, ctx)}
     assert got == expected_revenue(list(valid_orders().values()))
 
     # The metrics table holds every continuous micro-batch of bronze: its rows add up to what the stream read.

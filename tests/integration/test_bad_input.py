@@ -19,10 +19,11 @@ from confluent_kafka import Producer
 from lakehouse.schemas import tables, topics
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import BY_NAME
-from lakehouse.streaming.generator import Mix, generate, iso
+from lakehouse.pipelines.shop.generator import Mix, generate, iso
 from lakehouse.streaming.kafka_topics import admin_client, ensure_topics
 from lakehouse.streaming.runner import run_flow
 from tests.integration.other_engines import read_with_delta_rs_and_duckdb
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -110,17 +111,17 @@ def test_an_overflowing_order_is_quarantined_and_later_orders_keep_flowing(spark
               "order_id": "o", "customer_id": "c", "currency": "EUR",
               "lines": [{"product_id": "p", "quantity": 2, "unit_price_cents": 4611686018427387904}], "total_cents": -4}
     after = [order(f"after-{i}", START + timedelta(seconds=30 + i)) for i in range(5)]
-    coords = send(kafka.kafka_bootstrap, topics.ORDERS.name, [encode(p) for p in before + [poison] + after])
+    coords = send(kafka.kafka_bootstrap, shop.ORDERS.topic_spec.name, [encode(p) for p in before + [poison] + after])
     run(spark, ctx, "bronze_orders", "silver_orders", "gold_revenue_per_minute")
 
     assert quarantine_by_coords(spark, ctx) == {coords[5]: ("contract_violation", "amounts_in_range")}
-    assert {r.event_id for r in rows(spark, ctx, tables.SILVER_ORDERS, "event_id")} == \
+    assert {r.event_id for r in rows(spark, ctx, shop.ORDERS.silver_table, "event_id")} == \
         {p["event_id"] for p in before + after}
     # A later run with more orders still goes through every layer.
     later = [order(f"later-{i}", START + timedelta(seconds=60 + i)) for i in range(3)]
-    send(kafka.kafka_bootstrap, topics.ORDERS.name, [encode(p) for p in later])
+    send(kafka.kafka_bootstrap, shop.ORDERS.topic_spec.name, [encode(p) for p in later])
     run(spark, ctx, "bronze_orders", "silver_orders", "gold_revenue_per_minute")
-    gold = rows(spark, ctx, tables.GOLD_REVENUE_PER_MINUTE, "orders", "revenue_cents")
+    gold = rows(spark, ctx, shop.GOLD_REVENUE_PER_MINUTE, "orders", "revenue_cents")
     assert sum(r.orders for r in gold) == len(before + after + later)
     assert sum(r.revenue_cents for r in gold) == sum(p["total_cents"] for p in before + after + later)
 
@@ -128,12 +129,12 @@ def test_an_overflowing_order_is_quarantined_and_later_orders_keep_flowing(spark
 def test_an_event_far_behind_the_others_is_a_late_arrival_not_a_duplicate(spark, kafka, tmp_path):
     """Finding 2: a valid event older than the dedup watermark lands in late_arrivals with its lateness and coordinates."""
     ctx = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=kafka.kafka_bootstrap)
-    send(kafka.kafka_bootstrap, topics.ORDERS.name, [encode(order(f"n-{i}", START + timedelta(minutes=i))) for i in range(10)])
+    send(kafka.kafka_bootstrap, shop.ORDERS.topic_spec.name, [encode(order(f"n-{i}", START + timedelta(minutes=i))) for i in range(10)])
     run(spark, ctx, "bronze_orders", "silver_orders")
     newest = START + timedelta(minutes=9)
 
     old = START - timedelta(days=2)
-    late_coords, floor_coords = send(kafka.kafka_bootstrap, topics.ORDERS.name, [
+    late_coords, floor_coords = send(kafka.kafka_bootstrap, shop.ORDERS.topic_spec.name, [
         encode(order("two-days-old", old)),
         encode(order("epoch", datetime(1970, 1, 1, tzinfo=timezone.utc))),
     ])
@@ -155,21 +156,21 @@ def test_a_far_future_event_is_quarantined_and_cannot_move_the_watermark(spark, 
     ctx = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=kafka.kafka_bootstrap)
     first = [page_view(f"a-{i}", START + timedelta(seconds=i)) for i in range(5)]
     future = page_view("future", datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc))
-    coords = send(kafka.kafka_bootstrap, topics.PAGE_VIEWS.name, [encode(p) for p in first + [future]])
+    coords = send(kafka.kafka_bootstrap, shop.PAGE_VIEWS.topic_spec.name, [encode(p) for p in first + [future]])
     run(spark, ctx, "bronze_page_views", "silver_page_views", "gold_page_views_per_product_minute")
     later = [page_view(f"b-{i}", START + timedelta(minutes=1, seconds=i)) for i in range(5)]
-    send(kafka.kafka_bootstrap, topics.PAGE_VIEWS.name, [encode(p) for p in later])
+    send(kafka.kafka_bootstrap, shop.PAGE_VIEWS.topic_spec.name, [encode(p) for p in later])
     second = run(spark, ctx, "bronze_page_views", "silver_page_views", "gold_page_views_per_product_minute")
 
     assert quarantine_by_coords(spark, ctx) == {coords[5]: ("implausible_event_time", "occurred_at")}
     assert second["silver_page_views"].silver.late == 0
-    assert {r.event_id for r in rows(spark, ctx, tables.SILVER_PAGE_VIEWS, "event_id")} == \
+    assert {r.event_id for r in rows(spark, ctx, shop.PAGE_VIEWS.silver_table, "event_id")} == \
         {p["event_id"] for p in first + later}
-    specs = (tables.SILVER_PAGE_VIEWS, tables.QUARANTINE, tables.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE)
+    specs = (shop.PAGE_VIEWS.silver_table, tables.QUARANTINE, shop.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE)
     elsewhere = read_with_delta_rs_and_duckdb([spec.path(ctx.lake_root) for spec in specs])
     for spec in specs:
         assert elsewhere[spec.path(ctx.lake_root)]["rows"] == len(rows(spark, ctx, spec, "*"))
-    newest = elsewhere[tables.SILVER_PAGE_VIEWS.path(ctx.lake_root)]["timestamps"]["occurred_at"][1]
+    newest = elsewhere[shop.PAGE_VIEWS.silver_table.path(ctx.lake_root)]["timestamps"]["occurred_at"][1]
     assert datetime.fromisoformat(newest).astimezone(timezone.utc) == START + timedelta(minutes=1, seconds=4)
 
 
@@ -185,7 +186,7 @@ def test_wrong_types_and_trailing_bytes_are_quarantined_with_their_own_reasons(s
         encode(order("two", START)) + encode(order("docs", START)),
         encode(order("extra", START, coupon="SPRING")),           # an unknown field is allowed, and left out
     ]
-    coords = send(kafka.kafka_bootstrap, topics.ORDERS.name, values)
+    coords = send(kafka.kafka_bootstrap, shop.ORDERS.topic_spec.name, values)
     run(spark, ctx, "bronze_orders", "silver_orders")
     assert quarantine_by_coords(spark, ctx) == {
         coords[1]: ("wrong_type", "customer_id"),
@@ -193,7 +194,7 @@ def test_wrong_types_and_trailing_bytes_are_quarantined_with_their_own_reasons(s
         coords[3]: ("trailing_data", None),
         coords[4]: ("trailing_data", None),
     }
-    silver = spark.read.format("delta").load(tables.SILVER_ORDERS.path(ctx.lake_root))
+    silver = spark.read.format("delta").load(shop.ORDERS.silver_table.path(ctx.lake_root))
     assert {r.event_id for r in silver.select("event_id").collect()} == {"good", "extra"}
     assert "coupon" not in silver.columns
 
@@ -201,10 +202,10 @@ def test_wrong_types_and_trailing_bytes_are_quarantined_with_their_own_reasons(s
 # ---------------------------------------------------------------- property: random bad payloads
 
 STRING_FIELDS = {
-    topics.ORDERS.name: ("event_id", "order_id", "customer_id", "currency"),
-    topics.PAGE_VIEWS.name: ("event_id", "customer_id", "session_id", "page_type", "url"),
+    shop.ORDERS.topic_spec.name: ("event_id", "order_id", "customer_id", "currency"),
+    shop.PAGE_VIEWS.topic_spec.name: ("event_id", "customer_id", "session_id", "page_type", "url"),
 }
-REQUIRED = {schema.name: schema.required for schema in (topics.ORDERS.schema, topics.PAGE_VIEWS.schema)}
+REQUIRED = {schema.name: schema.required for schema in (shop.ORDERS.topic_spec.schema, shop.PAGE_VIEWS.topic_spec.schema)}
 NOT_A_STRING = (12345, -1.5, True, {"id": "x"}, ["a"], 10**40)
 
 
@@ -236,7 +237,7 @@ def mutate(rng: random.Random, topic: str, payload: dict) -> tuple[bytes | None,
         nested = encode({**payload, "customer_id": None}).replace(b"null", b"[" * depth + b"]" * depth, 1)
         # Deeper than the JSON parser's limit (1000 levels) is not a document it accepts.
         return nested, "wrong_type" if depth < 1000 else "malformed_json"
-    if topic == topics.ORDERS.name:
+    if topic == shop.ORDERS.topic_spec.name:
         big = rng.choice([2**31, 2**40, 2**63, 10**30])
         line = {"product_id": "p", "quantity": big, "unit_price_cents": 1}
         return encode({**payload, "lines": [line], "total_cents": 1}), "out_of_range"
@@ -252,7 +253,7 @@ def test_random_bad_payloads_never_stop_the_flows_and_every_record_is_accounted_
                       max_offsets_per_trigger=60, max_files_per_trigger=2)
     sent: dict[tuple[str, int, int], tuple[str, str | None]] = {}   # coords -> (kind, expected reason or event id)
     planned = []
-    for topic, make in ((topics.ORDERS.name, order), (topics.PAGE_VIEWS.name, page_view)):
+    for topic, make in ((shop.ORDERS.topic_spec.name, order), (shop.PAGE_VIEWS.topic_spec.name, page_view)):
         values, meaning, valid_values = [], [], []
         for i in range(200):
             # Event time moves forward; one in 25 valid events is 2-3 hours behind (late for a 1-hour dedup watermark).
@@ -284,14 +285,14 @@ def test_random_bad_payloads_never_stop_the_flows_and_every_record_is_accounted_
         assert results["silver_orders"].batches > 1      # the caps split each run into micro-batches
 
     silver = {}
-    for spec in (tables.SILVER_ORDERS, tables.SILVER_PAGE_VIEWS):
+    for spec in (shop.ORDERS.silver_table, shop.PAGE_VIEWS.silver_table):
         for r in rows(spark, ctx, spec, "topic", "partition", "offset", "event_id", "occurred_at"):
             silver[(r.topic, r.partition, r.offset)] = r
     quarantine = quarantine_by_coords(spark, ctx)
     # Silver's own late arrivals (gold flows list theirs in the same table, under their own flow names).
     late = {(r.topic, r.partition, r.offset): r for r in rows(spark, ctx, tables.LATE_ARRIVALS, "*")
             if r.flow.startswith("silver_")}
-    bronze = {(r.topic, r.partition, r.offset) for spec in (tables.BRONZE_ORDERS, tables.BRONZE_PAGE_VIEWS)
+    bronze = {(r.topic, r.partition, r.offset) for spec in (shop.ORDERS.bronze_table, shop.PAGE_VIEWS.bronze_table)
               for r in rows(spark, ctx, spec, "topic", "partition", "offset")}
     assert bronze == set(sent)
     assert not (set(silver) & set(quarantine)) and not (set(silver) & set(late)) and not (set(quarantine) & set(late))
@@ -316,8 +317,8 @@ def test_random_bad_payloads_never_stop_the_flows_and_every_record_is_accounted_
         assert (r.watermark - r.event_time) // timedelta(milliseconds=1) == r.lateness_ms
         assert r.watermark <= newest - timedelta(hours=1)
     # Other engines read every timestamp that reached the lake.
-    specs = (tables.SILVER_ORDERS, tables.SILVER_PAGE_VIEWS, tables.QUARANTINE, tables.LATE_ARRIVALS,
-             tables.GOLD_REVENUE_PER_MINUTE, tables.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE)
+    specs = (shop.ORDERS.silver_table, shop.PAGE_VIEWS.silver_table, tables.QUARANTINE, tables.LATE_ARRIVALS,
+             shop.GOLD_REVENUE_PER_MINUTE, shop.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE)
     elsewhere = read_with_delta_rs_and_duckdb([spec.path(ctx.lake_root) for spec in specs])
     for spec in specs:
         read = elsewhere[spec.path(ctx.lake_root)]

@@ -19,7 +19,7 @@ import pytest
 from bench.bad_records import GOOD, OUTCOMES, TOPICS, corpus, encode
 from bench.drill_bad_input import Outgoing, compare, from_bad, read_lake, send, settle
 from lakehouse.schemas import reasons, topics
-from lakehouse.schemas.sources import BY_TOPIC
+from lakehouse.pipelines.shop import BY_TOPIC
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import BY_NAME
 from lakehouse.streaming.kafka_topics import ensure_topics

@@ -24,10 +24,11 @@ from lakehouse.batch.verify import verify
 from lakehouse.schemas import tables, topics
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import FLOWS
-from lakehouse.streaming.generator import Mix, ShopGenerator
+from lakehouse.pipelines.shop.generator import Mix, ShopGenerator
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.parallel_runs import run_flows
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -116,7 +117,7 @@ def test_verify_explains_every_late_difference_and_reconciliation_removes_them(s
     expected: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
     seen = set()
     for r in records:
-        if r.topic != topics.ORDERS.name or r.kind not in ("valid",) or r.event is None:
+        if r.topic != shop.ORDERS.topic_spec.name or r.kind not in ("valid",) or r.event is None:
             continue
         e = r.event
         if e["event_id"] in seen:
@@ -126,7 +127,7 @@ def test_verify_explains_every_late_difference_and_reconciliation_removes_them(s
         expected[key][0] += e["total_cents"]
         expected[key][1] += 1
     got = {(r["window_start"], r["currency"]): [r["revenue_cents"], r["orders"]]
-           for r in spark.read.format("delta").load(tables.GOLD_REVENUE_PER_MINUTE.path(ctx.lake_root)).collect()}
+           for r in spark.read.format("delta").load(shop.GOLD_REVENUE_PER_MINUTE.path(ctx.lake_root)).collect()}
     assert got == dict(expected)
 
     # Run twice, same table: the second backfill (orders and what reads them) writes nothing.
@@ -139,7 +140,7 @@ def test_verify_explains_every_late_difference_and_reconciliation_removes_them(s
 def test_verify_reports_a_planted_difference_row_by_row(spark, lane):
     """A gold row changed behind the stream's back is a real discrepancy, named with its key and both values."""
     ctx = lane["ctx"]
-    path = tables.GOLD_REVENUE_PER_MINUTE.path(ctx.lake_root)
+    path = shop.GOLD_REVENUE_PER_MINUTE.path(ctx.lake_root)
     target = spark.read.format("delta").load(path).orderBy("window_start").first()
     DeltaTable.forPath(spark, path).update(
         (F.col("window_start") == F.lit(target["window_start"])) & (F.col("currency") == target["currency"]),

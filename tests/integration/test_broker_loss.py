@@ -14,10 +14,11 @@ from lakehouse.infra.kafka_broker import local_node
 from lakehouse.schemas import tables, topics
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import BY_NAME
-from lakehouse.streaming.generator import Mix, generate
+from lakehouse.pipelines.shop.generator import Mix, generate
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.runner import KafkaLost, run_flow
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -25,8 +26,8 @@ pytestmark = pytest.mark.integration
 def test_losing_the_broker_mid_run_is_one_sentence_and_the_rerun_is_exact(spark, broker, jars_dir, tmp_path):
     """kill -9 the broker after bronze's first micro-batch: KafkaLost names the broker and what to do; after a
     restart the same flow completes, and bronze holds each delivered record exactly once."""
-    ensure_topics(broker.kafka_bootstrap, [topics.PAGE_VIEWS])
-    records = [r for r in generate(4000, seed=21, mix=Mix(duplicate=0, malformed=0)) if r.topic == topics.PAGE_VIEWS.name]
+    ensure_topics(broker.kafka_bootstrap, [shop.PAGE_VIEWS.topic_spec])
+    records = [r for r in generate(4000, seed=21, mix=Mix(duplicate=0, malformed=0)) if r.topic == shop.PAGE_VIEWS.topic_spec.name]
     report = produce(records, bootstrap=broker.kafka_bootstrap)
     assert report.delivered == len(records) and report.failed == 0
     ctx = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=broker.kafka_bootstrap, max_offsets_per_trigger=200)
@@ -52,7 +53,7 @@ def test_losing_the_broker_mid_run_is_one_sentence_and_the_rerun_is_exact(spark,
 
     node.start(jars_dir)
     run_flow(spark, flow, ctx)
-    bronze = spark.read.format("delta").load(tables.BRONZE_PAGE_VIEWS.path(ctx.lake_root))
+    bronze = spark.read.format("delta").load(shop.PAGE_VIEWS.bronze_table.path(ctx.lake_root))
     coords = [(r.topic, r.partition, r.offset) for r in bronze.select("topic", "partition", "offset").collect()]
     assert len(coords) == len(set(coords))
     assert set(coords) == {(d.topic, d.partition, d.offset) for d in report.deliveries.values()}

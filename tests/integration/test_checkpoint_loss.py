@@ -27,13 +27,14 @@ from lakehouse.schemas.tables import TableSpec
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.delta_log import last_commit
 from lakehouse.streaming.flows import BY_NAME, Flow
-from lakehouse.streaming.generator import Mix, generate
-from lakehouse.streaming.gold_steps import join_state_rows
+from lakehouse.pipelines.shop.generator import Mix, generate
+from lakehouse.pipelines.shop.steps import join_state_rows
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.positions import RecordsPositions, commit_metadata, recorded_positions, reset_checkpoint
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.runner import run_flow
 from lakehouse.streaming.sinks import append_once
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -194,7 +195,7 @@ def test_lost_and_corrupt_checkpoints_of_the_real_flows(spark, broker, tmp_path,
     # Nothing is ever behind a watermark here, so gold does not depend on where the micro-batches end.
     ctx = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=broker.kafka_bootstrap,
                       max_offsets_per_trigger=40, max_files_per_trigger=3, silver_dedup_watermark="1 day",
-                      gold_watermark="1 day", payment_within="30 minutes")
+                      gold_watermark="1 day")
     flows = [BY_NAME[name] for name in NAMES]
 
     first = produce(records[:ROUND_ONE], bootstrap=broker.kafka_bootstrap)
@@ -240,7 +241,7 @@ def test_lost_and_corrupt_checkpoints_of_the_real_flows(spark, broker, tmp_path,
     deliveries = {**first.deliveries, **second.deliveries}
     by_index = {r.index: r for r in records}
     for entity in ("orders", "payments"):
-        source = getattr(sources, entity.upper())
+        source = getattr(shop, entity.upper())
         topic = source.topic
 
         # Bronze: every produced record's Kafka coordinates, exactly once.
@@ -262,9 +263,9 @@ def test_lost_and_corrupt_checkpoints_of_the_real_flows(spark, broker, tmp_path,
         assert len(quarantined) == len(set(quarantined)) and set(quarantined) == malformed
 
     # Gold: revenue per minute and currency over the valid orders, and the orders-payments join.
-    orders = {r.event["event_id"]: r.event for r in records if r.kind == "valid" and r.topic == sources.ORDERS.topic}
+    orders = {r.event["event_id"]: r.event for r in records if r.kind == "valid" and r.topic == shop.ORDERS.topic}
     payments = {r.event["event_id"]: r.event for r in records
-                if r.kind == "valid" and r.topic == sources.PAYMENTS.topic}
+                if r.kind == "valid" and r.topic == shop.PAYMENTS.topic}
     revenue = defaultdict(lambda: [0, 0, 0])
     for o in orders.values():
         acc = revenue[(_ts(o["occurred_at"]).replace(second=0, microsecond=0), o["currency"])]
@@ -272,14 +273,14 @@ def test_lost_and_corrupt_checkpoints_of_the_real_flows(spark, broker, tmp_path,
         acc[1] += 1
         acc[2] += sum(line["quantity"] for line in o["lines"])
     got = {(r.window_start, r.currency): [r.revenue_cents, r.orders, r.items] for r in spark.read.format("delta")
-           .load(tables.GOLD_REVENUE_PER_MINUTE.path(ctx.lake_root)).collect()}
+           .load(shop.GOLD_REVENUE_PER_MINUTE.path(ctx.lake_root)).collect()}
     assert got == dict(revenue)
 
     pairs = {(o["order_id"], p["payment_id"]) for o in orders.values() for p in payments.values()
              if p["order_id"] == o["order_id"]
              and _ts(o["occurred_at"]) <= _ts(p["occurred_at"]) <= _ts(o["occurred_at"]) + timedelta(minutes=30)}
     joined = [(r.outcome, r.order_id, r.payment_id) for r in spark.read.format("delta")
-              .load(tables.GOLD_ORDER_PAYMENTS.path(ctx.lake_root)).collect()]
+              .load(shop.GOLD_ORDER_PAYMENTS.path(ctx.lake_root)).collect()]
     assert len(joined) == len(set(joined))
     assert {(o, p) for outcome, o, p in joined if outcome == "matched"} == pairs and pairs
     assert {outcome for outcome, _, _ in joined} == {"matched"}   # nothing expires under a one-day watermark

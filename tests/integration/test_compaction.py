@@ -31,17 +31,18 @@ from lakehouse.orchestration.resources import build_resources
 from lakehouse.schemas import sources, tables, topics
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import BY_NAME
-from lakehouse.streaming.generator import Mix, ShopGenerator, generate
+from lakehouse.pipelines.shop.generator import Mix, ShopGenerator, generate
 from lakehouse.streaming.kafka_topics import admin_client, ensure_topics
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.runner import run_flow, start_flow
 from lakehouse.streaming.sources import read_delta_stream
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
 CLEAN = Mix(out_of_order=0, late=0, duplicate=0, malformed=0)
 SHORT_RETENTION_S = 15          # the test tables' deleted-file retention: VACUUM may delete what OPTIMIZE removed
-PAYMENTS_TOPIC = sources.PAYMENTS.topic
+PAYMENTS_TOPIC = shop.PAYMENTS.topic
 DEFAULT_KEY = "spark.databricks.delta.properties.defaults." + DELETED_FILES.removeprefix("delta.")
 
 
@@ -71,16 +72,16 @@ def _coords(spark, path: str) -> list[tuple]:
 def _page_views(seed: int):
     """Page views of a seeded generator, without end."""
     for record in ShopGenerator(seed=seed, start=datetime(2026, 11, 23, 9, 0, tzinfo=timezone.utc), mix=CLEAN):
-        if record.topic == topics.PAGE_VIEWS.name:
+        if record.topic == shop.PAGE_VIEWS.topic_spec.name:
             yield record
 
 
 def test_optimize_and_vacuum_while_streams_run_lose_and_duplicate_nothing(spark, broker, tmp_path):
     """Bronze and silver stream page views produced in waves; OPTIMIZE and VACUUM run in between."""
-    ensure_topics(broker.kafka_bootstrap, [topics.PAGE_VIEWS])
+    ensure_topics(broker.kafka_bootstrap, [shop.PAGE_VIEWS.topic_spec])
     ctx = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=broker.kafka_bootstrap)
     supply = _page_views(41)
-    bronze, silver = tables.BRONZE_PAGE_VIEWS, tables.SILVER_PAGE_VIEWS
+    bronze, silver = shop.PAGE_VIEWS.bronze_table, shop.PAGE_VIEWS.silver_table
     bronze_path, silver_path = bronze.path(ctx.lake_root), silver.path(ctx.lake_root)
     mirror_path = str(tmp_path / "mirror")
     sent, deliveries, queries = [], {}, []
@@ -207,8 +208,8 @@ def test_maintenance_job_and_doctor_name_what_does_not_cover_the_window(spark, b
     window_ms = duration_ms(settings.replay_window)
     ensure_topics(settings.kafka_bootstrap, topics.ALL, replay_window_ms=window_ms)
     records = generate(600, seed=5, start=datetime(2026, 11, 23, 10, 0, tzinfo=timezone.utc), mix=CLEAN)
-    orders = [r for r in records if r.topic == topics.ORDERS.name]
-    views = [r for r in records if r.topic == topics.PAGE_VIEWS.name]
+    orders = [r for r in records if r.topic == shop.ORDERS.topic_spec.name]
+    views = [r for r in records if r.topic == shop.PAGE_VIEWS.topic_spec.name]
     for part in range(3):   # three catch-ups: at least three small files
         produce(orders[part::3], bootstrap=settings.kafka_bootstrap)
         run_flow(spark, BY_NAME["bronze_orders"], ctx)
@@ -216,7 +217,7 @@ def test_maintenance_job_and_doctor_name_what_does_not_cover_the_window(spark, b
     run_flow(spark, BY_NAME["bronze_page_views"], ctx)
 
     # A table written by MERGE whose writer is running in this process: compacting it would fail that writer.
-    gold = tables.GOLD_REVENUE_PER_MINUTE.path(settings.lake_root)
+    gold = shop.GOLD_REVENUE_PER_MINUTE.path(settings.lake_root)
     spark.sql("SELECT timestamp'2026-11-23 10:00:00' + make_interval(0, 0, 0, 0, 0, id) AS window_start, "
               "'EUR' AS currency, id AS revenue_cents FROM range(20)").repartition(4).write.format("delta").save(gold)
     DeltaTable.forPath(spark, gold).alias("t").merge(
@@ -225,7 +226,7 @@ def test_maintenance_job_and_doctor_name_what_does_not_cover_the_window(spark, b
     ).whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
 
     # One table and one topic keep less than the window (7 days): one hour.
-    short_table = tables.BRONZE_PAGE_VIEWS
+    short_table = shop.PAGE_VIEWS.bronze_table
     spark.sql(f"ALTER TABLE delta.`{short_table.path(settings.lake_root)}` "
               f"SET TBLPROPERTIES ('{DELETED_FILES}' = 'interval 1 hour')")
     _alter_topic(settings.kafka_bootstrap, PAYMENTS_TOPIC, 3_600_000)

@@ -19,18 +19,19 @@ from pyspark.sql import functions as F
 from lakehouse.schemas import sources, topics
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import BY_NAME
-from lakehouse.streaming.generator import GeneratedRecord, Mix, ShopGenerator, iso
+from lakehouse.pipelines.shop.generator import GeneratedRecord, Mix, ShopGenerator, iso
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.runner import run_flow
 from lakehouse.streaming.transforms.dimensions import enrich_as_of
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
 START = datetime(2026, 11, 22, 9, 0, tzinfo=timezone.utc)
 N = 1100
 EPS = 2.0
-PRODUCTS, CUSTOMERS, ORDERS = sources.PRODUCTS, sources.CUSTOMERS, sources.ORDERS
+PRODUCTS, CUSTOMERS, ORDERS = shop.PRODUCTS, shop.CUSTOMERS, shop.ORDERS
 ATTRIBUTES = {"list_price_cents": "list_price_at_order", "category": "category_at_order"}
 
 

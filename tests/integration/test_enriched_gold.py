@@ -20,10 +20,11 @@ from pyspark.sql import functions as F
 from lakehouse.schemas import sources, tables, topics
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import BY_NAME
-from lakehouse.streaming.generator import GeneratedRecord, Mix, ShopGenerator, iso
+from lakehouse.pipelines.shop.generator import GeneratedRecord, Mix, ShopGenerator, iso
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.runner import run_flow
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -67,15 +68,15 @@ def lake(spark, broker, tmp_path_factory):
 
 
 def enriched_lines(spark, ctx) -> set[tuple]:
-    df = spark.read.format("delta").load(tables.GOLD_ORDER_LINES_ENRICHED.path(ctx.lake_root))
+    df = spark.read.format("delta").load(shop.GOLD_ORDER_LINES_ENRICHED.path(ctx.lake_root))
     return {tuple(r) for r in df.select("order_id", "line_no", "product_id", "unit_price_cents", "list_price_cents",
                                         "category", "customer_tier", "customer_country").collect()}
 
 
 def expected_lines(valid) -> set[tuple]:
-    products, customers = valid[sources.PRODUCTS.topic], valid[sources.CUSTOMERS.topic]
+    products, customers = valid[shop.PRODUCTS.topic], valid[shop.CUSTOMERS.topic]
     out = set()
-    for o in valid[sources.ORDERS.topic]:
+    for o in valid[shop.ORDERS.topic]:
         at = instant(o["occurred_at"])
         for n, line in enumerate(o["lines"]):
             p = line["product_id"]
@@ -93,7 +94,7 @@ def test_order_lines_carry_the_attributes_in_force_at_the_order(spark, lake):
     assert enriched_lines(spark, ctx) == expected
     # The generator prices an order at the list price in force, so the as-of price is the one charged.
     assert all(line[3] == line[4] for line in expected)
-    changed = {c["product_id"] for c in valid[sources.PRODUCTS.topic]
+    changed = {c["product_id"] for c in valid[shop.PRODUCTS.topic]
                if instant(c["occurred_at"]) > START - timedelta(minutes=30)}
     assert changed, "the run changed no product: the test would not tell as-of from latest"
 
@@ -101,14 +102,14 @@ def test_order_lines_carry_the_attributes_in_force_at_the_order(spark, lake):
 def test_page_views_carry_the_attributes_in_force_at_the_view(spark, lake):
     """Each page view's category, list price and tier equal the generator's changes as of its time."""
     valid, ctx = lake
-    products, customers = valid[sources.PRODUCTS.topic], valid[sources.CUSTOMERS.topic]
+    products, customers = valid[shop.PRODUCTS.topic], valid[shop.CUSTOMERS.topic]
     expected = set()
-    for v in valid[sources.PAGE_VIEWS.topic]:
+    for v in valid[shop.PAGE_VIEWS.topic]:
         at, p = instant(v["occurred_at"]), v["product_id"]
         expected.add((v["event_id"], p, as_of(products, "product_id", p, at, "category") if p else None,
                       as_of(products, "product_id", p, at, "list_price_cents") if p else None,
                       as_of(customers, "customer_id", v["customer_id"], at, "tier")))
-    df = spark.read.format("delta").load(tables.GOLD_PAGE_VIEWS_ENRICHED.path(ctx.lake_root))
+    df = spark.read.format("delta").load(shop.GOLD_PAGE_VIEWS_ENRICHED.path(ctx.lake_root))
     got = {tuple(r) for r in df.select("event_id", "product_id", "category", "list_price_cents", "customer_tier").collect()}
     assert got == expected
 
@@ -116,9 +117,9 @@ def test_page_views_carry_the_attributes_in_force_at_the_view(spark, lake):
 def test_revenue_per_category_uses_the_category_as_of_the_order(spark, lake):
     """Revenue, units and orders per minute, category and currency equal a plain-Python fold over the lines."""
     valid, ctx = lake
-    products = valid[sources.PRODUCTS.topic]
+    products = valid[shop.PRODUCTS.topic]
     expected = defaultdict(lambda: [0, 0, set()])
-    for o in valid[sources.ORDERS.topic]:
+    for o in valid[shop.ORDERS.topic]:
         at = instant(o["occurred_at"])
         minute = at.replace(second=0, microsecond=0, tzinfo=None)
         for line in o["lines"]:
@@ -127,7 +128,7 @@ def test_revenue_per_category_uses_the_category_as_of_the_order(spark, lake):
             acc[0] += line["quantity"] * line["unit_price_cents"]
             acc[1] += line["quantity"]
             acc[2].add(o["order_id"])
-    df = spark.read.format("delta").load(tables.GOLD_CATEGORY_REVENUE_PER_MINUTE.path(ctx.lake_root))
+    df = spark.read.format("delta").load(shop.GOLD_CATEGORY_REVENUE_PER_MINUTE.path(ctx.lake_root))
     got = {(r.window_start, r.category, r.currency): (r.revenue_cents, r.units, r.orders) for r in df.collect()}
     assert got == {k: (v[0], v[1], len(v[2])) for k, v in expected.items()}
     assert len({k[1] for k in got}) >= 3
@@ -137,25 +138,25 @@ def test_a_later_change_and_a_rebuild_leave_the_enrichment_as_it_was(spark, brok
     """New list prices after every order change no order line, in the stream and after the table is rebuilt from the log."""
     valid, ctx = lake
     before = enriched_lines(spark, ctx)
-    last_order = max(instant(o["occurred_at"]) for o in valid[sources.ORDERS.topic])
+    last_order = max(instant(o["occurred_at"]) for o in valid[shop.ORDERS.topic])
     ordered = sorted({line[2] for line in before})[:5]
-    latest = {p: max((instant(c["occurred_at"]), c["event_id"], c) for c in valid[sources.PRODUCTS.topic]
+    latest = {p: max((instant(c["occurred_at"]), c["event_id"], c) for c in valid[shop.PRODUCTS.topic]
                      if c["product_id"] == p)[2] for p in ordered}
     changes = []
     for i, p in enumerate(ordered):
         event = {**latest[p], "event_id": str(uuid.uuid4()), "occurred_at": iso(last_order + timedelta(minutes=1)),
                  "list_price_cents": latest[p]["list_price_cents"] * 2 + 1}
-        changes.append(GeneratedRecord(index=10**6 + i, topic=sources.PRODUCTS.topic, key=p.encode(), kind="valid",
+        changes.append(GeneratedRecord(index=10**6 + i, topic=shop.PRODUCTS.topic, key=p.encode(), kind="valid",
                                        event=event))
     assert produce(changes, bootstrap=broker.kafka_bootstrap).delivered == len(changes)
     run_all(spark, ctx, ("bronze_products", "silver_products", "dim_products", "gold_order_lines_enriched"))
-    dim = spark.read.format("delta").load(sources.PRODUCTS.dimension_table.path(ctx.lake_root))
+    dim = spark.read.format("delta").load(shop.PRODUCTS.dimension_table.path(ctx.lake_root))
     assert dim.where(F.col("event_id").isin([c.event["event_id"] for c in changes])).count() == len(changes)
     assert enriched_lines(spark, ctx) == before
 
     # Rebuild the enriched table from the log: the flow reads silver from the start again.
     flow = BY_NAME["gold_order_lines_enriched"]
-    shutil.rmtree(tables.GOLD_ORDER_LINES_ENRICHED.path(ctx.lake_root))
+    shutil.rmtree(shop.GOLD_ORDER_LINES_ENRICHED.path(ctx.lake_root))
     shutil.rmtree(flow.checkpoint(ctx))
     run_flow(spark, flow, ctx)
     assert enriched_lines(spark, ctx) == before == expected_lines(valid)

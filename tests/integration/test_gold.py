@@ -16,10 +16,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pyspark.sql import functions as F
 
+from lakehouse.pipelines import shop
 from lakehouse.schemas import sources, tables
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import BY_NAME
-from lakehouse.streaming.generator import GeneratedRecord
+from lakehouse.pipelines.shop.generator import GeneratedRecord
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.parallel_runs import run_flows
 from lakehouse.streaming.producer import produce
@@ -125,19 +126,20 @@ def ts(payload: dict) -> datetime:
 
 @pytest.fixture(scope="module")
 def lake(spark, broker, tmp_path_factory):
-    ensure_topics(broker.kafka_bootstrap, [getattr(sources, e.upper()).topic_spec for e in INPUTS])
+    ensure_topics(broker.kafka_bootstrap, [getattr(shop, e.upper()).topic_spec for e in INPUTS])
     ctx = FlowContext(
         lake_root=str(tmp_path_factory.mktemp("gold-lake")), kafka_bootstrap=broker.kafka_bootstrap,
-        max_offsets_per_trigger=20, gold_watermark="10 minutes", silver_dedup_watermark="1 day", session_gap="30 minutes",
-        payment_within="30 minutes", sliding_window="30 minutes", sliding_threshold=THRESHOLD,
-        hopping_window_size="15 minutes", hopping_window_slide="5 minutes",
+        max_offsets_per_trigger=20, gold_watermark="10 minutes", silver_dedup_watermark="1 day",
+        params=shop.PIPELINE.param_values({}, session_gap="30 minutes", payment_within="30 minutes",
+                                          sliding_window="30 minutes", sliding_threshold=THRESHOLD,
+                                          hopping_window_size="15 minutes", hopping_window_slide="5 minutes"),
     )
     log = Log()
     runs = defaultdict(list)
     for k in range(WAVES):
         wave = log.wave(k)
         records = [
-            GeneratedRecord(index=i, topic=getattr(sources, entity.upper()).topic, key=p["customer_id"].encode(),
+            GeneratedRecord(index=i, topic=getattr(shop, entity.upper()).topic, key=p["customer_id"].encode(),
                             kind="valid", event=p)
             for i, (entity, p) in enumerate(wave)
         ]

@@ -15,10 +15,11 @@ from urllib.parse import urlparse
 
 from pyspark.sql import functions as F
 
-from lakehouse.schemas.tables import GOLD_PROCESSING_DELAY, SILVER_ORDERS
+from lakehouse.pipelines.shop import GOLD_PROCESSING_DELAY, SILVER_ORDERS
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import BY_NAME
-from lakehouse.streaming.transforms.gold import to_delay_events
+from lakehouse.pipelines.shop.transforms import to_delay_events
+from lakehouse.pipelines import shop
 
 T0 = datetime(2026, 11, 2, 0, 0, tzinfo=timezone.utc)
 DELAYS = "topic string, event_id string, occurred_at timestamp, sent_at timestamp, appended_at timestamp, " \

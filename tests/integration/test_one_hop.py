@@ -16,7 +16,7 @@ from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.continuous import Supervisor
 from lakehouse.streaming.delta_log import commits_after
 from lakehouse.streaming.flows import BY_NAME
-from lakehouse.streaming.generator import Mix, generate
+from lakehouse.pipelines.shop.generator import Mix, generate
 from lakehouse.streaming.health import stream_health
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.lake_files import has_delta_log
@@ -24,6 +24,7 @@ from lakehouse.streaming.one_hop import checkpoint as one_hop_checkpoint
 from lakehouse.streaming.positions import parse_metadata, read_text
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.runner import run_flow
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -48,10 +49,10 @@ class Sent:
 
     def coords(self, kind: str | None = None) -> set:
         return {(d.topic, d.partition, d.offset) for r, d in self.deliveries
-                if d.topic == topics.ORDERS.name and (kind is None or r.kind == kind)}
+                if d.topic == shop.ORDERS.topic_spec.name and (kind is None or r.kind == kind)}
 
     def valid_ids(self) -> set:
-        return {r.event["event_id"] for r in self.records if r.topic == topics.ORDERS.name and r.kind == "valid"}
+        return {r.event["event_id"] for r in self.records if r.topic == shop.ORDERS.topic_spec.name and r.kind == "valid"}
 
 
 def rows(spark, spec, ctx, *cols):
@@ -66,7 +67,7 @@ def query_id(spark, checkpoint: str) -> str:
 
 
 def quarantined(spark, ctx):
-    return [r for r in rows(spark, tables.QUARANTINE, ctx, "topic", "partition", "offset") if r[0] == topics.ORDERS.name]
+    return [r for r in rows(spark, tables.QUARANTINE, ctx, "topic", "partition", "offset") if r[0] == shop.ORDERS.topic_spec.name]
 
 
 class Running:
@@ -105,16 +106,16 @@ def test_one_hop_stream_writes_both_layers_recovers_a_cut_batch_and_hands_over(s
     ensure_topics(settings.kafka_bootstrap, topics.ALL)
     ctx = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=settings.kafka_bootstrap)
     sent = Sent(settings)
-    silver_path = tables.SILVER_ORDERS.path(ctx.lake_root)
+    silver_path = shop.ORDERS.silver_table.path(ctx.lake_root)
 
     def complete() -> bool:
-        return ({r[0] for r in rows(spark, tables.SILVER_ORDERS, ctx, "event_id")} == sent.valid_ids()
+        return ({r[0] for r in rows(spark, shop.ORDERS.silver_table, ctx, "event_id")} == sent.valid_ids()
                 and set(quarantined(spark, ctx)) == sent.coords("malformed"))
 
     def exact() -> None:
-        bronze = rows(spark, tables.BRONZE_ORDERS, ctx, "topic", "partition", "offset")
+        bronze = rows(spark, shop.ORDERS.bronze_table, ctx, "topic", "partition", "offset")
         assert len(bronze) == len(set(bronze)) and set(bronze) == sent.coords()
-        ids = [r[0] for r in rows(spark, tables.SILVER_ORDERS, ctx, "event_id")]
+        ids = [r[0] for r in rows(spark, shop.ORDERS.silver_table, ctx, "event_id")]
         assert len(ids) == len(set(ids)) and set(ids) == sent.valid_ids()
         cut = quarantined(spark, ctx)
         assert len(cut) == len(set(cut)) and set(cut) == sent.coords("malformed")

@@ -13,11 +13,12 @@ from pyspark.sql import functions as F
 from lakehouse.schemas import sources, tables, topics
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import FLOWS
-from lakehouse.streaming.generator import Mix, generate
+from lakehouse.pipelines.shop.generator import Mix, generate
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.parallel_runs import run_flows
 from lakehouse.streaming.runner import run_flow
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +72,7 @@ def test_bronze_keeps_raw_bytes_headers_and_three_timestamps(spark, run):
     """Bronze values are the exact bytes sent (malformed ones too), with headers and three timestamps."""
     records, report, ctx, _ = run
     by_coord = {(d.topic, d.partition, d.offset): records[i] for i, d in report.deliveries.items()}
-    rows = read(spark, ctx, tables.BRONZE_ORDERS).collect()
+    rows = read(spark, ctx, shop.ORDERS.bronze_table).collect()
     for row in rows:
         record = by_coord[(row.topic, row.partition, row.offset)]
         assert row.key == record.key
@@ -90,7 +91,7 @@ def test_bronze_keeps_raw_bytes_headers_and_three_timestamps(spark, run):
 def test_silver_holds_each_valid_event_once(spark, run):
     """Silver event ids are unique and equal the ids of the valid events produced, per entity."""
     records, _, ctx, _ = run
-    for spec, topic in ((tables.SILVER_ORDERS, topics.ORDERS), (tables.SILVER_PAGE_VIEWS, topics.PAGE_VIEWS)):
+    for spec, topic in ((shop.ORDERS.silver_table, shop.ORDERS.topic_spec), (shop.PAGE_VIEWS.silver_table, shop.PAGE_VIEWS.topic_spec)):
         ids = [r.event_id for r in read(spark, ctx, spec).select("event_id").collect()]
         expected = {r.event["event_id"] for r in records if r.kind == "valid" and r.topic == topic.name}
         assert len(ids) == len(set(ids))
@@ -133,7 +134,7 @@ def test_every_bronze_record_is_accounted_for(spark, run):
 def test_bronze_run_reports_kafka_offsets_per_partition(run):
     """The bronze run's per-partition offset ranges add up to the records delivered to that topic."""
     _, report, _, flow_runs = run
-    for flow, topic in (("bronze_orders", topics.ORDERS), ("bronze_page_views", topics.PAGE_VIEWS)):
+    for flow, topic in (("bronze_orders", shop.ORDERS.topic_spec), ("bronze_page_views", shop.PAGE_VIEWS.topic_spec)):
         offsets = flow_runs[flow].kafka_offsets
         assert set(offsets) == {f"{topic.name}/{p}" for p in range(topic.partitions)}
         assert sum(o["count"] for o in offsets.values()) == report.by_topic[topic.name]
@@ -144,12 +145,12 @@ def test_gold_revenue_per_minute_equals_plain_python(spark, run):
     records, _, ctx, _ = run
     expected: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for r in records:
-        if r.kind == "valid" and r.topic == topics.ORDERS.name:
+        if r.kind == "valid" and r.topic == shop.ORDERS.topic_spec.name:
             acc = expected[(minute(r.event["occurred_at"]), r.event["currency"])]
             acc[0] += r.event["total_cents"]
             acc[1] += 1
             acc[2] += sum(line["quantity"] for line in r.event["lines"])
-    rows = read(spark, ctx, tables.GOLD_REVENUE_PER_MINUTE).select(
+    rows = read(spark, ctx, shop.GOLD_REVENUE_PER_MINUTE).select(
         F.date_format("window_start", "yyyy-MM-dd'T'HH:mm").alias("m"), "currency", "revenue_cents", "orders", "items"
     ).collect()
     got = {(r.m, r.currency): [r.revenue_cents, r.orders, r.items] for r in rows}
@@ -163,9 +164,9 @@ def test_gold_page_views_per_product_minute_equals_plain_python(spark, run):
     expected = Counter(
         (minute(r.event["occurred_at"]), r.event["product_id"])
         for r in records
-        if r.kind == "valid" and r.topic == topics.PAGE_VIEWS.name and r.event["product_id"]
+        if r.kind == "valid" and r.topic == shop.PAGE_VIEWS.topic_spec.name and r.event["product_id"]
     )
-    rows = read(spark, ctx, tables.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE).select(
+    rows = read(spark, ctx, shop.GOLD_PAGE_VIEWS_PER_PRODUCT_MINUTE).select(
         F.date_format("window_start", "yyyy-MM-dd'T'HH:mm").alias("m"), "product_id", "views"
     ).collect()
     assert {(r.m, r.product_id): r.views for r in rows} == dict(expected)

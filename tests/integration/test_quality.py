@@ -24,6 +24,7 @@ from lakehouse.schemas import tables, topics
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.runner import QualityStopped
 from tests.integration.test_bad_input import START, encode, kafka, order, rows, run, send  # noqa: F401 - fixture
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -63,13 +64,13 @@ def test_drop_rows_go_to_quarantine_named_after_the_rule_and_warn_rows_pass(spar
         {"product_id": "p-1", "quantity": 1, "unit_price_cents": 500_000}]) for i in range(2)]
     odd = order("odd", START + timedelta(seconds=30))
     odd["order_id"] = "X-17"
-    coords = send(kafka.kafka_bootstrap, topics.ORDERS.name, [encode(p) for p in good + big + [odd]])
+    coords = send(kafka.kafka_bootstrap, shop.ORDERS.topic_spec.name, [encode(p) for p in good + big + [odd]])
     run(spark, ctx, "bronze_orders", "silver_orders")
 
     quarantined = {(r.topic, r.partition, r.offset): (r.reason, r.detail)
                    for r in rows(spark, ctx, tables.QUARANTINE, "topic", "partition", "offset", "reason", "detail")}
     assert quarantined == {coords[-1]: (ID_RULE, f"breaks {ID_RULE}: order_id=X-17")}
-    assert {r.event_id for r in rows(spark, ctx, tables.SILVER_ORDERS, "event_id")} == {p["event_id"] for p in good + big}
+    assert {r.event_id for r in rows(spark, ctx, shop.ORDERS.silver_table, "event_id")} == {p["event_id"] for p in good + big}
 
     found = results(spark, ctx, "silver_orders")
     assert set(found) == {e.name for e in build_suites()["silver_orders"].expectations} | {WARN_BIG.name}
@@ -94,10 +95,10 @@ def test_drop_rows_go_to_quarantine_named_after_the_rule_and_warn_rows_pass(spar
 def test_a_fail_rule_stops_the_query_before_the_batch_is_written(spark, kafka, tmp_path):
     """The breach names the rule and the batch's offsets; silver keeps only the earlier batch; the result is kept."""
     ctx = gated(tmp_path, kafka.kafka_bootstrap, FAIL_BIG)
-    send(kafka.kafka_bootstrap, topics.ORDERS.name,
+    send(kafka.kafka_bootstrap, shop.ORDERS.topic_spec.name,
                  [encode(order(f"ok-{i}", START + timedelta(seconds=i))) for i in range(5)])
     run(spark, ctx, "bronze_orders", "silver_orders")
-    bad = send(kafka.kafka_bootstrap, topics.ORDERS.name, [
+    bad = send(kafka.kafka_bootstrap, shop.ORDERS.topic_spec.name, [
         encode(order("fine", START + timedelta(seconds=40))),
         encode(order("huge", START + timedelta(seconds=41), lines=[
             {"product_id": "p-1", "quantity": 3, "unit_price_cents": 90_000}])),
@@ -111,7 +112,7 @@ def test_a_fail_rule_stops_the_query_before_the_batch_is_written(spark, kafka, t
     for topic, partition, offset in bad:
         assert re.search(rf"{re.escape(topic)} partition {partition} offsets \d+-{offset}\b", message) or \
             re.search(rf"{re.escape(topic)} partition {partition} offsets {offset}-\d+", message), message
-    assert {r.event_id for r in rows(spark, ctx, tables.SILVER_ORDERS, "event_id")} == {f"ok-{i}" for i in range(5)}
+    assert {r.event_id for r in rows(spark, ctx, shop.ORDERS.silver_table, "event_id")} == {f"ok-{i}" for i in range(5)}
     failing = spark.read.format("delta").load(tables.QUALITY_RESULTS.path(ctx.lake_root)) \
         .where("NOT success").collect()
     assert [(r.expectation, r.batch_id, r.unexpected_count, r.offsets) for r in failing] == \
@@ -160,7 +161,7 @@ def test_the_evaluator_agrees_with_great_expectations_own_validation(spark):
 def test_gold_batches_are_validated_with_their_kafka_offsets(spark, kafka, tmp_path):
     """A gold flow's merge rows are checked per batch; a replayed gold run records what the silver rows covered."""
     ctx = gated(tmp_path, kafka.kafka_bootstrap)
-    coords = send(kafka.kafka_bootstrap, topics.ORDERS.name,
+    coords = send(kafka.kafka_bootstrap, shop.ORDERS.topic_spec.name,
                   [encode(order(f"r-{i}", START + timedelta(seconds=10 * i))) for i in range(6)])
     run(spark, ctx, "bronze_orders", "silver_orders", "gold_revenue_per_minute")
     found = results(spark, ctx, "gold_revenue_per_minute")
@@ -180,15 +181,15 @@ def test_whole_table_rules_find_a_lost_record_an_orphan_payment_and_stale_data(s
 
     ctx = gated(tmp_path, kafka.kafka_bootstrap)
     orders = [order(f"a-{i}", START + timedelta(seconds=i)) for i in range(6)]
-    send(kafka.kafka_bootstrap, topics.ORDERS.name, [encode(p) for p in orders + orders[:2]] + [b"{not json"])
+    send(kafka.kafka_bootstrap, shop.ORDERS.topic_spec.name, [encode(p) for p in orders + orders[:2]] + [b"{not json"])
     payment = {"event_id": "pay-1", "occurred_at": "2026-11-22T09:01:00Z", "sent_at": "2026-11-22T09:01:00Z",
                "payment_id": "pay-1", "order_id": "o-nowhere", "customer_id": "c-00001", "amount_cents": 300,
                "currency": "EUR", "status": "succeeded"}
-    send(kafka.kafka_bootstrap, sources.PAYMENTS.topic, [encode(payment)])
+    send(kafka.kafka_bootstrap, shop.PAYMENTS.topic, [encode(payment)])
     run(spark, ctx, "bronze_orders", "silver_orders", "bronze_payments", "silver_payments", "gold_revenue_per_minute")
     lake = ctx.lake_root
 
-    before = silver_accounting(spark, sources.ORDERS, lake)
+    before = silver_accounting(spark, shop.ORDERS, lake)
     assert before.passed, before.description
     assert {k: before.figures[k] for k in ("bronze", "silver", "quarantine", "duplicates", "unaccounted")} == \
         {"bronze": 9, "silver": 6, "quarantine": 1, "duplicates": 2, "unaccounted": 0}
@@ -197,14 +198,14 @@ def test_whole_table_rules_find_a_lost_record_an_orphan_payment_and_stale_data(s
     refs = payment_references(spark, lake)
     assert (refs.passed, refs.figures["without_order"], refs.severity) == (False, 1, "warn")
 
-    DeltaTable.forPath(spark, tables.SILVER_ORDERS.path(lake)).delete("event_id = 'a-3'")
-    after = silver_accounting(spark, sources.ORDERS, lake)
+    DeltaTable.forPath(spark, shop.ORDERS.silver_table.path(lake)).delete("event_id = 'a-3'")
+    after = silver_accounting(spark, shop.ORDERS, lake)
     assert (after.passed, after.figures["unaccounted"]) == (False, 1)
     gold = gold_accounting(spark, "gold_revenue_per_minute", lake)
     assert (gold.passed, gold.figures["silver"], gold.figures["counted"]) == (False, 5, 6)
 
-    assert freshness(spark, tables.SILVER_ORDERS, lake, 3600, now=START + timedelta(minutes=30)).passed
-    assert not freshness(spark, tables.SILVER_ORDERS, lake, 3600, now=START + timedelta(hours=3)).passed
+    assert freshness(spark, shop.ORDERS.silver_table, lake, 3600, now=START + timedelta(minutes=30)).passed
+    assert not freshness(spark, shop.ORDERS.silver_table, lake, 3600, now=START + timedelta(hours=3)).passed
 
 
 def test_a_backfill_checks_each_daily_partition_it_writes(spark, kafka, tmp_path):
@@ -216,7 +217,7 @@ def test_a_backfill_checks_each_daily_partition_it_writes(spark, kafka, tmp_path
     ctx = gated(tmp_path, kafka.kafka_bootstrap)
     days = [START, START + timedelta(days=1)]
     sent = [order(f"d{n}-{i}", day + timedelta(seconds=i)) for n, day in enumerate(days) for i in range(3)]
-    coords = send(kafka.kafka_bootstrap, topics.ORDERS.name, [encode(p) for p in sent])
+    coords = send(kafka.kafka_bootstrap, shop.ORDERS.topic_spec.name, [encode(p) for p in sent])
     run(spark, ctx, "bronze_orders")
     backfill_flow(spark, BY_NAME["silver_orders"], ctx, (START.date(), (START + timedelta(days=1)).date()))
 

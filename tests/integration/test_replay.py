@@ -19,11 +19,12 @@ from lakehouse.schemas import sources, tables, topics
 from lakehouse.streaming import flows as registry
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import BY_NAME
-from lakehouse.streaming.generator import Mix, generate
+from lakehouse.pipelines.shop.generator import Mix, generate
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.runner import run_flow
-from lakehouse.streaming.transforms import gold
+from lakehouse.pipelines.shop import transforms as gold
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +38,7 @@ def to_revenue_in_units(orders):
 
 
 BUGGY = registry.stateful(
-    "gold_revenue_per_minute", sources.ORDERS.silver_table, tables.GOLD_REVENUE_PER_MINUTE, to_revenue_in_units,
+    "gold_revenue_per_minute", shop.ORDERS.silver_table, shop.GOLD_REVENUE_PER_MINUTE, to_revenue_in_units,
     step=registry._sums(("window_start", "currency"), ("revenue_cents", "orders", "items")), version=2)
 FIXED = [BY_NAME["bronze_orders"], BY_NAME["silver_orders"], BY_NAME["gold_revenue_per_minute"]]
 WITH_BUG = FIXED[:2] + [BUGGY]
@@ -47,7 +48,7 @@ def expected_revenue(records) -> dict:
     out: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
     seen = set()
     for r in records:
-        if r.topic == topics.ORDERS.name and r.kind == "valid" and r.event["event_id"] not in seen:
+        if r.topic == shop.ORDERS.topic_spec.name and r.kind == "valid" and r.event["event_id"] not in seen:
             seen.add(r.event["event_id"])
             ts = datetime.fromisoformat(r.event["occurred_at"].replace("Z", "+00:00")).astimezone(timezone.utc)
             key = (ts.replace(tzinfo=None, second=0, microsecond=0), r.event["currency"])
@@ -60,7 +61,7 @@ def revenue(spark, ctx, version=None) -> dict:
     reader = spark.read.format("delta")
     if version is not None:
         reader = reader.option("versionAsOf", version)
-    rows = reader.load(tables.GOLD_REVENUE_PER_MINUTE.path(ctx.lake_root)).collect()
+    rows = reader.load(shop.GOLD_REVENUE_PER_MINUTE.path(ctx.lake_root)).collect()
     return {(r["window_start"], r["currency"]): [r["revenue_cents"], r["orders"]] for r in rows}
 
 
@@ -68,7 +69,7 @@ def revenue(spark, ctx, version=None) -> dict:
 def pipeline(spark, broker, tmp_path_factory):
     ensure_topics(broker.kafka_bootstrap, topics.ALL)
     records = [r for r in generate(600, seed=17, start=START, events_per_second=1.0, mix=CLEAN)
-               if r.topic == topics.ORDERS.name]
+               if r.topic == shop.ORDERS.topic_spec.name]
     assert produce(records, bootstrap=broker.kafka_bootstrap).failed == 0
     ctx = FlowContext(lake_root=str(tmp_path_factory.mktemp("lake")), kafka_bootstrap=broker.kafka_bootstrap,
                       max_offsets_per_trigger=40)
@@ -80,7 +81,7 @@ def pipeline(spark, broker, tmp_path_factory):
 def test_replays_from_a_delta_version_and_from_a_kafka_time_reproduce_the_live_tables(spark, broker, pipeline):
     """Silver from bronze at its latest version, and bronze from Kafka at a time mid-log: no differences."""
     ctx = pipeline["ctx"]
-    bronze_version = DeltaTable.forPath(spark, tables.BRONZE_ORDERS.path(ctx.lake_root)).history(1).first()["version"]
+    bronze_version = DeltaTable.forPath(spark, shop.ORDERS.bronze_table.path(ctx.lake_root)).history(1).first()["version"]
     with pytest.raises(BadReplay, match=f"bronze_orders has no version {bronze_version + 5}; its versions go from 0"):
         replay(spark, ctx, "silver_orders", StartingPoint(version=bronze_version + 5), flows=FIXED[:2])
     shadow, rebuilt = replay(spark, ctx, "silver_orders", StartingPoint(version=bronze_version), flows=FIXED[:2])
@@ -89,7 +90,7 @@ def test_replays_from_a_delta_version_and_from_a_kafka_time_reproduce_the_live_t
     shadow.drop()
 
     appended = sorted(r["appended_at"] for r in spark.read.format("delta")
-                      .load(tables.BRONZE_ORDERS.path(ctx.lake_root)).select("appended_at").collect())
+                      .load(shop.ORDERS.bronze_table.path(ctx.lake_root)).select("appended_at").collect())
     middle = appended[len(appended) // 2].replace(tzinfo=timezone.utc)
     shadow, rebuilt = replay(spark, ctx, "bronze_orders", StartingPoint(kafka_timestamp=middle), flows=FIXED[:2])
     rebuilt = compare(spark, ctx, shadow, rebuilt, flows=FIXED[:2])
@@ -102,11 +103,11 @@ def test_replays_from_a_delta_version_and_from_a_kafka_time_reproduce_the_live_t
 def test_fix_a_bug_replay_swap_and_the_streams_go_on(spark, broker, pipeline):
     """The buggy gold table is rebuilt with the fixed transform, swapped in, readable before by time travel; streams resume."""
     ctx, records = pipeline["ctx"], pipeline["records"]
-    buggy_version = DeltaTable.forPath(spark, tables.GOLD_REVENUE_PER_MINUTE.path(ctx.lake_root)).history(1).first()["version"]
+    buggy_version = DeltaTable.forPath(spark, shop.GOLD_REVENUE_PER_MINUTE.path(ctx.lake_root)).history(1).first()["version"]
     expected = expected_revenue(records)
     assert revenue(spark, ctx) != expected  # the bug shows
 
-    silver_version = DeltaTable.forPath(spark, tables.SILVER_ORDERS.path(ctx.lake_root)).history(1).first()["version"]
+    silver_version = DeltaTable.forPath(spark, shop.ORDERS.silver_table.path(ctx.lake_root)).history(1).first()["version"]
     shadow, rebuilt = replay(spark, ctx, "gold_revenue_per_minute", StartingPoint(version=silver_version), flows=FIXED)
     [gold_table] = compare(spark, ctx, shadow, rebuilt, flows=FIXED)
     assert gold_table.diff.changed == len(expected)  # every row's revenue differs, nothing else
@@ -120,7 +121,7 @@ def test_fix_a_bug_replay_swap_and_the_streams_go_on(spark, broker, pipeline):
 
     # More orders arrive; the fixed flows resume after the swap: nothing counted twice, nothing missed.
     more = [r for r in generate(300, seed=18, start=START + timedelta(minutes=12), events_per_second=1.0, mix=CLEAN)
-            if r.topic == topics.ORDERS.name]
+            if r.topic == shop.ORDERS.topic_spec.name]
     assert produce(more, bootstrap=broker.kafka_bootstrap).failed == 0
     for flow in FIXED:
         run_flow(spark, flow, ctx)

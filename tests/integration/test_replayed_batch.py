@@ -18,14 +18,16 @@ import pytest
 
 from lakehouse.batch.maintenance import compact_table
 from lakehouse.schemas import topics
-from lakehouse.schemas.tables import GOLD_REVENUE_PER_MINUTE, LATE_ARRIVALS, SILVER_ORDERS
+from lakehouse.schemas.tables import LATE_ARRIVALS
+from lakehouse.pipelines.shop import GOLD_REVENUE_PER_MINUTE, SILVER_ORDERS
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.delta_log import last_commit
 from lakehouse.streaming.flows import BY_NAME
-from lakehouse.streaming.generator import generate, iso
+from lakehouse.pipelines.shop.generator import generate, iso
 from lakehouse.streaming.gold_batches import StaleGoldTable
 from lakehouse.streaming.lake_files import has_delta_log
 from lakehouse.streaming.transforms.bronze import to_bronze
+from lakehouse.pipelines import shop
 
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
 SCHEMA = "event_id string, occurred_at timestamp, currency string, total_cents bigint, item_count int, " \
@@ -217,12 +219,12 @@ BRONZE = ("key binary, value binary, headers array<struct<key:string,value:binar
 
 def bronze_orders(spark, *rows, first_offset=0):
     """Bronze rows of valid orders (event id, minutes after T0), each sent when it occurred."""
-    template = next(r for r in generate(2000, seed=5) if r.topic == topics.ORDERS.name and r.kind == "valid")
+    template = next(r for r in generate(2000, seed=5) if r.topic == shop.ORDERS.topic_spec.name and r.kind == "valid")
     out = []
     for offset, (event_id, minutes) in enumerate(rows, start=first_offset):
         at = T0 + timedelta(minutes=minutes)
         record = dataclasses.replace(template, event={**template.event, "event_id": event_id, "occurred_at": iso(at)})
-        out.append((record.key, record.encode(at), [("schema", topics.ORDERS.name.encode())], record.topic, 0, offset,
+        out.append((record.key, record.encode(at), [("schema", shop.ORDERS.topic_spec.name.encode())], record.topic, 0, offset,
                     at, 0))
     return to_bronze(spark.createDataFrame(out, BRONZE))
 

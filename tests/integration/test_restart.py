@@ -20,11 +20,12 @@ from pyspark.sql import functions as F
 from lakehouse.schemas import tables, topics
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import BY_NAME
-from lakehouse.streaming.generator import Mix, generate, iso
+from lakehouse.pipelines.shop.generator import Mix, generate, iso
 from lakehouse.streaming.lake_files import has_delta_log
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.runner import run_flow, start_flow
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -82,22 +83,22 @@ def test_stopping_bronze_and_silver_part_way_loses_and_duplicates_nothing(spark,
     full = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=broker.kafka_bootstrap)
     ctx = dataclasses.replace(full, max_offsets_per_trigger=60, max_files_per_trigger=1)
     bronze, silver = BY_NAME["bronze_page_views"], BY_NAME["silver_page_views"]
-    want_coords = expected_coords(report, topics.PAGE_VIEWS)
+    want_coords = expected_coords(report, shop.PAGE_VIEWS.topic_spec)
 
     stop_after_batches(spark, bronze, ctx, 3)
-    partial = coords(spark, tables.BRONZE_PAGE_VIEWS, ctx)
+    partial = coords(spark, shop.PAGE_VIEWS.bronze_table, ctx)
     assert 0 < len(partial) < len(want_coords), "the stop must land part way through"
     run_flow(spark, bronze, full)
-    after = coords(spark, tables.BRONZE_PAGE_VIEWS, ctx)
+    after = coords(spark, shop.PAGE_VIEWS.bronze_table, ctx)
     assert len(after) == len(set(after)) == len(want_coords)
     assert set(after) == want_coords
 
-    want_ids = expected_ids(records, topics.PAGE_VIEWS)
+    want_ids = expected_ids(records, shop.PAGE_VIEWS.topic_spec)
     stop_after_batches(spark, silver, ctx, 2)
-    partial_ids = event_ids(spark, tables.SILVER_PAGE_VIEWS, ctx)
+    partial_ids = event_ids(spark, shop.PAGE_VIEWS.silver_table, ctx)
     assert 0 < len(partial_ids) < len(want_ids), "the stop must land part way through"
     run_flow(spark, silver, full)
-    ids = event_ids(spark, tables.SILVER_PAGE_VIEWS, ctx)
+    ids = event_ids(spark, shop.PAGE_VIEWS.silver_table, ctx)
     assert len(ids) == len(set(ids)), "a duplicate survived the restart"
     assert set(ids) == want_ids
 
@@ -128,20 +129,20 @@ def test_killing_bronze_and_silver_mid_stream_loses_and_duplicates_nothing(spark
     """orders: kill -9 the process running bronze, then silver; a restart from the checkpoints completes them exactly."""
     records, report = produced
     ctx = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=broker.kafka_bootstrap)
-    want_coords = expected_coords(report, topics.ORDERS)
+    want_coords = expected_coords(report, shop.ORDERS.topic_spec)
 
-    _kill_mid_stream(broker, ctx, "bronze_orders", tables.BRONZE_ORDERS)
-    assert 0 < len(coords(spark, tables.BRONZE_ORDERS, ctx)) < len(want_coords)
+    _kill_mid_stream(broker, ctx, "bronze_orders", shop.ORDERS.bronze_table)
+    assert 0 < len(coords(spark, shop.ORDERS.bronze_table, ctx)) < len(want_coords)
     run_flow(spark, BY_NAME["bronze_orders"], ctx)
-    after = coords(spark, tables.BRONZE_ORDERS, ctx)
+    after = coords(spark, shop.ORDERS.bronze_table, ctx)
     assert len(after) == len(set(after)) == len(want_coords)
     assert set(after) == want_coords
 
-    want_ids = expected_ids(records, topics.ORDERS)
-    _kill_mid_stream(broker, ctx, "silver_orders", tables.SILVER_ORDERS)
-    assert 0 < len(event_ids(spark, tables.SILVER_ORDERS, ctx)) < len(want_ids)
+    want_ids = expected_ids(records, shop.ORDERS.topic_spec)
+    _kill_mid_stream(broker, ctx, "silver_orders", shop.ORDERS.silver_table)
+    assert 0 < len(event_ids(spark, shop.ORDERS.silver_table, ctx)) < len(want_ids)
     run_flow(spark, BY_NAME["silver_orders"], ctx)
-    ids = event_ids(spark, tables.SILVER_ORDERS, ctx)
+    ids = event_ids(spark, shop.ORDERS.silver_table, ctx)
     assert len(ids) == len(set(ids)), "a duplicate survived the crash"
     assert set(ids) == want_ids
 
@@ -191,7 +192,7 @@ def test_capped_catch_up_takes_a_backlog_in_bounded_batches_and_loses_nothing(sp
     """A record cap on Kafka and a byte cap on Delta split catch-ups into batches; the tables, late rows included, stay exact."""
     records, report = produced
     full = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=broker.kafka_bootstrap)
-    want_coords = expected_coords(report, topics.ORDERS)
+    want_coords = expected_coords(report, shop.ORDERS.topic_spec)
     by_coord = {(d.topic, d.partition, d.offset): records[i] for i, d in report.deliveries.items()}
     # 1 KiB is below any one Parquet file: a byte cap then takes one file per batch (Delta's soft cap), so
     # every commit of several files is split. A one-minute watermark is shorter than what a commit spans.
@@ -203,32 +204,32 @@ def test_capped_catch_up_takes_a_backlog_in_bounded_batches_and_loses_nothing(sp
     # and gold are each stopped part way through the snapshot (a batch holding the watermark) and resumed.
     bronze_ctx = dataclasses.replace(full, max_offsets_per_trigger=70)
     stop_after_batches(spark, bronze_flow, bronze_ctx, 2)
-    bronze_cut = latest_version(spark, tables.BRONZE_ORDERS, full)
+    bronze_cut = latest_version(spark, shop.ORDERS.bronze_table, full)
     stop_after_batches(spark, silver_flow, capped, 2)
-    assert last_record(spark, tables.SILVER_ORDERS, full).get("held"), "the stop must land inside the snapshot"
+    assert last_record(spark, shop.ORDERS.silver_table, full).get("held"), "the stop must land inside the snapshot"
     run_flow(spark, silver_flow, capped)
-    silver_cut = latest_version(spark, tables.SILVER_ORDERS, full)
+    silver_cut = latest_version(spark, shop.ORDERS.silver_table, full)
     stop_after_batches(spark, gold_flow, capped, 2)
     run_flow(spark, gold_flow, capped)
     run_flow(spark, bronze_flow, bronze_ctx)
     # Spark shares the cap among the partitions by their backlog, rounding per partition: about 70 a batch.
-    commits = sum(1 for rows in added_per_version(spark, tables.BRONZE_ORDERS, full) if rows)
+    commits = sum(1 for rows in added_per_version(spark, shop.ORDERS.bronze_table, full) if rows)
     assert commits >= -(-len(want_coords) // 70) > 2
-    assert sorted(coords(spark, tables.BRONZE_ORDERS, full)) == sorted(want_coords)
-    new_files = set(input_files(spark, tables.BRONZE_ORDERS, full)) - set(input_files(spark, tables.BRONZE_ORDERS, full, bronze_cut))
+    assert sorted(coords(spark, shop.ORDERS.bronze_table, full)) == sorted(want_coords)
+    new_files = set(input_files(spark, shop.ORDERS.bronze_table, full)) - set(input_files(spark, shop.ORDERS.bronze_table, full, bronze_cut))
     assert run_flow(spark, silver_flow, capped).batches == len(new_files) > 1
     assert run_flow(spark, gold_flow, capped).batches > 1
 
     # Silver: its first run read bronze's snapshot as one unit, its second each bronze commit after it.
-    on_time, late = split_by_watermark(units_read(spark, tables.BRONZE_ORDERS, full, bronze_cut, by_coord),
+    on_time, late = split_by_watermark(units_read(spark, shop.ORDERS.bronze_table, full, bronze_cut, by_coord),
                                        timedelta(minutes=1))
-    ids = event_ids(spark, tables.SILVER_ORDERS, full)
+    ids = event_ids(spark, shop.ORDERS.silver_table, full)
     assert len(ids) == len(set(ids)), "a duplicate crossed a batch boundary"
     assert set(ids) == {r.event["event_id"] for _, r in on_time}
     assert late_coords(spark, full, "silver_orders") == late
 
     # Gold: the same over silver's commits; its table is what plain Python sums over the rows on time.
-    on_time, late = split_by_watermark(units_read(spark, tables.SILVER_ORDERS, full, silver_cut, by_coord),
+    on_time, late = split_by_watermark(units_read(spark, shop.ORDERS.silver_table, full, silver_cut, by_coord),
                                        timedelta(minutes=1))
     assert late_coords(spark, full, "gold_revenue_per_minute") == late
     want: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
@@ -236,7 +237,7 @@ def test_capped_catch_up_takes_a_backlog_in_bounded_batches_and_loses_nothing(sp
         minute = occurred(r).astimezone(timezone.utc).replace(tzinfo=None, second=0, microsecond=0)
         want[(minute, r.event["currency"])][0] += r.event["total_cents"]
         want[(minute, r.event["currency"])][1] += 1
-    rows = spark.read.format("delta").load(tables.GOLD_REVENUE_PER_MINUTE.path(full.lake_root)).collect()
+    rows = spark.read.format("delta").load(shop.GOLD_REVENUE_PER_MINUTE.path(full.lake_root)).collect()
     assert {(r["window_start"], r["currency"]): [r["revenue_cents"], r["orders"]] for r in rows} == dict(want)
 
 
@@ -248,28 +249,28 @@ def test_silver_resumes_its_watermark_from_its_own_commit_and_reads_silver_when_
                       silver_dedup_watermark="1 minute")
     run_flow(spark, BY_NAME["bronze_orders"], ctx)
     run_flow(spark, BY_NAME["silver_orders"], ctx)
-    newest = max(occurred(r) for r in records if r.kind == "valid" and r.topic == topics.ORDERS.name)
-    assert last_record(spark, tables.SILVER_ORDERS, ctx)["seen_max_micros"] == micros(newest)
+    newest = max(occurred(r) for r in records if r.kind == "valid" and r.topic == shop.ORDERS.topic_spec.name)
+    assert last_record(spark, shop.ORDERS.silver_table, ctx)["seen_max_micros"] == micros(newest)
 
     # Another writer (here a plain append, as a backfill or a user's INSERT would be) adds an event ten
     # minutes newer: silver's newest commit is no longer the flow's, so its record must not be trusted.
-    silver_path = tables.SILVER_ORDERS.path(ctx.lake_root)
+    silver_path = shop.ORDERS.silver_table.path(ctx.lake_root)
     silver = spark.read.format("delta").load(silver_path)
     (silver.limit(1).withColumn("event_id", F.lit("written-by-another"))
      .withColumn("occurred_at", F.lit(newest + timedelta(minutes=10)))
      .write.format("delta").mode("append").save(silver_path))
     # Then one more order reaches bronze, as old as the newest before: on time by the flow's own record,
     # late by what silver now holds (ten minutes newer, less the one-minute watermark).
-    bronze_path = tables.BRONZE_ORDERS.path(ctx.lake_root)
+    bronze_path = shop.ORDERS.bronze_table.path(ctx.lake_root)
     bronze = spark.read.format("delta").load(bronze_path)
-    template = next(r for r in records if r.kind == "valid" and r.topic == topics.ORDERS.name)
+    template = next(r for r in records if r.kind == "valid" and r.topic == shop.ORDERS.topic_spec.name)
     one_more = dataclasses.replace(template, event={**template.event, "event_id": "one-more-order",
                                                     "occurred_at": iso(newest)})
     (bronze.limit(1).withColumn("value", F.lit(one_more.encode(newest)))
      .withColumn("offset", F.lit(10**9).cast("long")).write.format("delta").mode("append").save(bronze_path))
 
     run_flow(spark, BY_NAME["silver_orders"], ctx)
-    went = {spec.name for spec in (tables.SILVER_ORDERS, tables.QUARANTINE, tables.LATE_ARRIVALS)
+    went = {spec.name for spec in (shop.ORDERS.silver_table, tables.QUARANTINE, tables.LATE_ARRIVALS)
             if has_delta_log(spark, spec.path(ctx.lake_root))
             and spark.read.format("delta").load(spec.path(ctx.lake_root)).where(F.col("offset") == 10**9).count()}
     assert went == {"late_arrivals"}, "the run took its watermark from a record another writer had made stale"

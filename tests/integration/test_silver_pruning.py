@@ -12,7 +12,9 @@ from datetime import timedelta
 
 from pyspark.sql import functions as F
 
-from lakehouse.schemas.tables import LATE_ARRIVALS, SILVER_ORDERS
+from lakehouse.schemas.tables import LATE_ARRIVALS
+
+from lakehouse.pipelines.shop import SILVER_ORDERS
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import BY_NAME
 from tests.integration.test_gold_pruning import remove_files_before

@@ -12,6 +12,7 @@ from delta.tables import DeltaTable
 
 from lakehouse.orchestration.sql import SqlError, run_sql
 from lakehouse.schemas import tables
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +43,7 @@ WRITES = [
 def lake(spark, tmp_path) -> tuple[str, str]:
     """A lake with a small silver_orders table written twice (versions 0 and 1)."""
     root = str(tmp_path / "lake")
-    path = tables.SILVER_ORDERS.path(root)
+    path = shop.ORDERS.silver_table.path(root)
     rows = spark.createDataFrame([("e-1", "EUR"), ("e-2", "GBP")], "event_id STRING, currency STRING")
     rows.write.format("delta").save(path)
     rows.limit(1).write.format("delta").mode("append").save(path)

@@ -16,6 +16,7 @@ from delta.tables import DeltaTable
 from lakehouse.batch.catalog import table_history
 from lakehouse.orchestration.sql import SqlError, history, run_sql
 from lakehouse.schemas import tables
+from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +47,7 @@ def _write_three_versions(spark, path: str) -> None:
 def lake(spark, tmp_path_factory) -> tuple[str, str]:
     """silver_orders written three times: v0 two rows, v1 one appended (with user metadata), v2 a MERGE."""
     root = str(tmp_path_factory.mktemp("time-travel") / "lake")
-    path = tables.SILVER_ORDERS.path(root)
+    path = shop.ORDERS.silver_table.path(root)
     _write_three_versions(spark, path)
     return root, path
 
@@ -105,7 +106,7 @@ def test_a_version_or_time_the_table_lacks_is_one_sentence_with_its_range(spark,
 def test_the_missing_version_is_told_of_the_right_table_when_a_query_travels_in_two(spark, tmp_path):
     """With two tables read as of version 1, the sentence names the one that has only version 0."""
     root = str(tmp_path / "lake")
-    spark.createDataFrame([("e-1", "EUR", 1)], SCHEMA).write.format("delta").save(tables.SILVER_ORDERS.path(root))
+    spark.createDataFrame([("e-1", "EUR", 1)], SCHEMA).write.format("delta").save(shop.ORDERS.silver_table.path(root))
     payments = spark.createDataFrame([("p-1",)], "event_id STRING")
     payments.write.format("delta").save(tables.BY_NAME["silver_payments"].path(root))
     payments.write.format("delta").mode("append").save(tables.BY_NAME["silver_payments"].path(root))
@@ -136,7 +137,7 @@ def test_history_shortens_long_user_metadata(spark, tmp_path):
     positions = json.dumps({"flow": "silver_orders", "batch": 7, "sources": {"bronze_orders": {"version": 12}},
                             "query": "0f0e4c61-8f7a-4c8e-9d4b-5b0d2f0a7e11", "final": True})
     (spark.createDataFrame([("e-1", "EUR", 1)], SCHEMA).write.format("delta").option("userMetadata", positions)
-     .save(tables.SILVER_ORDERS.path(root)))
+     .save(shop.ORDERS.silver_table.path(root)))
     [(*_, shown)] = history(spark, root, "silver_orders")[1]
     assert len(positions) > 80 and shown == positions[:77] + "..."
     columns, [row], _ = run_sql(spark, root, "DESCRIBE HISTORY silver_orders")
@@ -156,7 +157,7 @@ def test_names_follow_the_lake_root_and_unregistering_keeps_the_files(spark, lak
     """A second lake's silver_orders replaces the first under the name; the first keeps its files and versions."""
     root, path = lake
     other_root = str(tmp_path / "lake")
-    spark.createDataFrame([("x-1", "CHF", 5)], SCHEMA).write.format("delta").save(tables.SILVER_ORDERS.path(other_root))
+    spark.createDataFrame([("x-1", "CHF", 5)], SCHEMA).write.format("delta").save(shop.ORDERS.silver_table.path(other_root))
     assert _rows(spark, other_root, "SELECT event_id FROM silver_orders") == {("x-1",)}
     with pytest.raises(SqlError, match="silver_orders has no version 1;"):
         run_sql(spark, other_root, "SELECT * FROM silver_orders VERSION AS OF 1")

@@ -86,6 +86,69 @@ def test_publish_records_only_when_asked_and_prints_the_json_otherwise(capsys, m
     assert written == [("x", "| 1.5 |\n")] and '"figure"' not in capsys.readouterr().out
 
 
+def test_record_writes_the_json_in_the_state_folder_prints_the_row_and_leaves_the_docs_alone(tmp_path, monkeypatch,
+                                                                                              capsys):
+    import json
+
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "home"))
+    docs = harness.TABLE_MD.read_bytes()
+    row = harness.docs_row("2026-11-29 10:00", "`python -m bench.x`", "setup", "before", "after", "1.5x", "here")
+    path = harness.record("x", {"bench": "x", "figure": 1.5}, row)
+    assert path == tmp_path / "home" / "bench" / "results" / "x.json"
+    assert json.loads(path.read_text()) == {"bench": "x", "figure": 1.5}
+    out = capsys.readouterr().out
+    assert str(path) in out
+    assert out.index(harness.HEADER) < out.index(row)             # the row, under the names of its columns
+    assert harness.HEADER.splitlines()[0].count(" | ") == row.count(" | ")
+    assert harness.TABLE_MD.read_bytes() == docs                  # docs/benchmarks.md is updated by hand only
+    harness.record("x", {"bench": "x", "figure": 2.0}, row)
+    assert json.loads(path.read_text())["figure"] == 2.0           # the latest run's, not an accumulation
+
+
+def test_results_go_to_the_state_folder_by_default_not_into_the_checkouts_bench_folder(monkeypatch):
+    from pathlib import Path
+
+    from lakehouse.infra.settings import Settings
+
+    monkeypatch.delenv("LAKEHOUSE_HOME", raising=False)
+    found = harness.results_dir()
+    assert found == Path(Settings.from_env().home) / "bench" / "results"
+    assert harness.ROOT / "bench" not in (found, *found.parents)
+
+
+def test_no_bench_writes_into_the_docs_or_a_results_folder_of_the_checkout():
+    """The benches that write their JSON themselves (compaction) must not go back to the files git tracks."""
+    import re
+    from pathlib import Path
+
+    for path in sorted(Path(harness.__file__).parent.glob("*.py")):
+        text = path.read_text()
+        assert not re.search(r'ROOT\s*/\s*"bench"\s*/\s*"results"', text), path.name
+        assert not re.search(r"TABLE_MD\.(open|write_text|write_bytes)\(", text), path.name
+
+
+def test_previous_reads_the_last_recorded_run_back_and_copes_with_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path))
+    assert harness.previous("x") is None                           # no run recorded on this machine yet
+    path = harness.record("x", {"bench": "x", "figure": 1.5}, "| row |\n")
+    assert harness.previous("x") == {"bench": "x", "figure": 1.5}
+    path.write_text("{not json")
+    assert harness.previous("x") is None
+
+
+def test_freshness_keeps_the_other_scopes_of_the_last_recorded_run_when_there_is_one(tmp_path, monkeypatch):
+    from bench import freshness
+
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path))
+    assert freshness.with_scope("floor", {"p99": 3.8}) == {"latest": "floor", "scopes": {"floor": {"p99": 3.8}}}
+    harness.record(freshness.NAME, {"latest": "all", "scopes": {"all": {"p99": 172.8}, "floor": {"p99": 9.9}}},
+                   "| row |\n")
+    assert freshness.with_scope("floor", {"p99": 3.8}) == {
+        "latest": "floor", "scopes": {"all": {"p99": 172.8}, "floor": {"p99": 3.8}}}
+    (harness.results_dir() / f"{freshness.NAME}.json").write_text('{"latest": "all"}')     # no scopes in it
+    assert freshness.with_scope("all", {"p99": 1.0}) == {"latest": "all", "scopes": {"all": {"p99": 1.0}}}
+
+
 def test_bench_ports_are_the_benches_own():
     assert (harness.KAFKA_PORT, harness.KAFKA_CONTROLLER_PORT) == (19400, 19401)
 
@@ -101,16 +164,17 @@ def test_run_lists_the_benches_and_refuses_an_unknown_one(capsys):
 
 def test_ingest_profile_reports_each_step_as_its_share_of_the_bronze_flows_time():
     from datetime import datetime, timezone
+    from types import SimpleNamespace
 
     from bench import ingest
-    from lakehouse.schemas import topics
 
+    orders = SimpleNamespace(name="shop.orders.v1", partitions=3)   # what summarize reads of the topic's spec
     seconds = {"bronze": [10.0, 12.0, 8.0], "bare": [8.0, 9.0, 6.0], "bare_capped": [9.0, 9.5, 7.0],
                "bare_headers": [8.5, 9.6, 6.4],
                "bronze_query": [9.0, 10.8, 7.0], "raw": [2.0, 2.0, 2.0]}
     runs = {side: [{"seconds": s, "in_batches_s": s - 1, "batches": 1, "records": 1000, "bytes": 10,
                     "peak_rss_mib": {"spark_driver": 1.0}} for s in times] for side, times in seconds.items()}
-    result = ingest.summarize(runs, events=1000, rounds=3, topic=topics.ORDERS,
+    result = ingest.summarize(runs, events=1000, rounds=3, topic=orders,
                               started_at=datetime(2026, 11, 23, tzinfo=timezone.utc), where="here", memory_method={})
     for side in ("bare_capped", "bare_headers", "bronze_query", "bare"):
         shares = [round(x / b, 3) for x, b in zip(seconds[side], seconds["bronze"])]
@@ -120,7 +184,7 @@ def test_ingest_profile_reports_each_step_as_its_share_of_the_bronze_flows_time(
     assert "a/p0 0.875 (rounds [0.9, 0.792, 0.875])" in ingest.summary(result)
     assert "(p1) bare + headers" in ingest.docs_row({**result, "command": "python -m bench.ingest --profile"})
     runs = {side: runs[side] for side in ingest.SIDES}      # without --profile: no profile section
-    assert "profile" not in ingest.summarize(runs, events=1000, rounds=3, topic=topics.ORDERS,
+    assert "profile" not in ingest.summarize(runs, events=1000, rounds=3, topic=orders,
                                              started_at=datetime(2026, 11, 23, tzinfo=timezone.utc), where="here",
                                              memory_method={})
 

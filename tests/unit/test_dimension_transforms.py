@@ -8,10 +8,11 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from lakehouse.schemas.sources import PRODUCTS
+from lakehouse.pipelines.shop import PRODUCTS
 from lakehouse.schemas.tables import TableSpec
 from lakehouse.streaming.dimension_batches import DimensionWriter
 from lakehouse.streaming.transforms.dimensions import enrich_as_of, scd2_versions, to_dimension_changes
+from lakehouse.pipelines import shop
 
 T0 = datetime(2026, 11, 22, 9, 0, tzinfo=timezone.utc)
 ATTRS = ("name", "category", "list_price_cents")

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from lakehouse.schemas import reasons
-from lakehouse.streaming.generator import Mix, ShopGenerator, generate
+from lakehouse.pipelines.shop.generator import Mix, ShopGenerator, generate
 
 START = datetime(2026, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
 SENT_AT = datetime(2026, 5, 1, 12, 0, 0, tzinfo=timezone.utc)

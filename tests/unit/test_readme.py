@@ -6,15 +6,18 @@ import re
 from pathlib import Path
 
 from lakehouse.infra.settings import Settings
+from lakehouse.pipelines import shop
 from lakehouse.cli.main import build_parser
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_readme_settings_table_matches_the_settings_object():
-    """Each LAKEHOUSE_* row of the README equals (variable, default) from Settings.describe(), none missing."""
+    """Each LAKEHOUSE_* row of the README equals (variable, default) from Settings.describe() or a parameter the
+    shop pipeline declares, none missing."""
     rows = re.findall(r"^\| `(LAKEHOUSE_[A-Z_]+)` \| `([^`]*)` \|", README.read_text(), re.M)
-    assert sorted(rows) == sorted((env, default) for env, default, _ in Settings.describe())
+    params = [(p.variable, str(p.default)) for p in shop.PIPELINE.params]
+    assert sorted(rows) == sorted([(env, default) for env, default, _ in Settings.describe()] + params)
 
 
 def test_readme_commands_are_real_subcommands():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from lakehouse.infra.settings import Settings
 from lakehouse.infra.spark import spark_conf
 from lakehouse.orchestration.resources import build_resources
+from lakehouse.pipelines import shop
 
 
 def test_secret_spark_settings_stay_out_of_resource_config(tmp_path):
@@ -39,7 +40,7 @@ def test_every_spark_read_of_a_topic_gets_the_kafka_fetch_wait_setting(tmp_path)
 
     def fetch_wait(settings: Settings) -> str:
         resources = build_resources(settings)
-        return kafka_options(topics.ORDERS, resources["lake"].flow_context(resources["kafka"]))["kafka.fetch.max.wait.ms"]
+        return kafka_options(shop.ORDERS.topic_spec, resources["lake"].flow_context(resources["kafka"]))["kafka.fetch.max.wait.ms"]
 
     assert fetch_wait(Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)})) == "10"
     assert fetch_wait(Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS": "500"})) == "500"

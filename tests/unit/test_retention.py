@@ -11,6 +11,7 @@ from lakehouse.infra.retention import (
 from lakehouse.infra.settings import Settings, SettingsError
 from lakehouse.infra.spark import spark_conf
 from lakehouse.schemas import topics
+from lakehouse.pipelines import shop
 
 WEEK = 7 * DAY_MS
 BOOT = "127.0.0.1:9092"
@@ -66,7 +67,7 @@ def test_new_tables_get_the_window_as_both_retentions_from_the_session(tmp_path,
 
 
 def test_topics_keep_at_least_the_window_and_a_longer_spec_wins():
-    spec = topics.PAGE_VIEWS      # 7 days in its spec
+    spec = shop.PAGE_VIEWS.topic_spec      # 7 days in its spec
     assert spec.config()["retention.ms"] == str(WEEK)
     assert spec.config(14 * DAY_MS)["retention.ms"] == str(14 * DAY_MS)
     assert spec.config(DAY_MS)["retention.ms"] == str(WEEK)

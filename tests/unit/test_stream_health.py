@@ -11,6 +11,7 @@ from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.continuous import UnknownTable, _first_line, flows_for
 from lakehouse.streaming.flows import BY_NAME, FLOWS
 from lakehouse.streaming.health import committed_batch, flow_health, latest_version
+from lakehouse.pipelines import shop
 
 
 def test_a_named_table_brings_the_flows_it_reads_from_in_order():
@@ -89,4 +90,4 @@ def test_end_offsets_without_a_broker_is_one_sentence():
 
     address = f"127.0.0.1:{free_port()}"
     with pytest.raises(KafkaUnreachable, match=f"No Kafka broker answers at {address}"):
-        end_offsets(address, [topics.ORDERS], timeout_s=2)
+        end_offsets(address, [shop.ORDERS.topic_spec], timeout_s=2)

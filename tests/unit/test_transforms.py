@@ -25,12 +25,15 @@ from pyspark.sql.types import (
 from pyspark.testing import assertDataFrameEqual
 
 from lakehouse.streaming.transforms.bronze import to_bronze
-from lakehouse.streaming.transforms.gold import (
+from lakehouse.pipelines.shop.transforms import (
     to_order_velocity, to_page_views_per_product_minute, to_product_page_views, to_revenue_hopping,
     to_revenue_per_minute, to_sessions,
 )
-from lakehouse.schemas.events import ORDERS_V1, PAGE_VIEWS_V1
+from lakehouse.pipelines.shop import ORDERS, PAGE_VIEWS
 from lakehouse.streaming.transforms.silver import parse_events, to_quarantine, to_silver
+from lakehouse.pipelines import shop
+
+ORDERS_V1, PAGE_VIEWS_V1 = ORDERS.schema, PAGE_VIEWS.schema
 
 
 def parse_orders(bronze, **bounds):

@@ -21,20 +21,17 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator, Literal
 
 from lakehouse.schemas import reasons
-from lakehouse.schemas.events import CURRENCIES, ORDERS_V1, PAGE_VIEWS_V1
-from lakehouse.schemas.sources import CATEGORIES, CUSTOMERS, PAYMENTS, PRODUCTS, TIERS
+from lakehouse.schemas.pipeline import Mix, MixError  # noqa: F401 (the generator's fault shares; tests import them here)
+from lakehouse.pipelines.shop.sources import CATEGORIES, CURRENCIES, CUSTOMERS, ORDERS, PAGE_VIEWS, PAYMENTS, PRODUCTS, TIERS
 
 Kind = Literal["valid", "duplicate", "malformed"]
 
-
-class MixError(ValueError):
-    """A fault share or rate the generator cannot honour; the message says which."""
 
 PAGE_WEIGHTS = {"home": 10, "category": 20, "product": 45, "cart": 10, "checkout": 5, "search": 10}
 CURRENCY_WEIGHTS = (80, 15, 5)
 REFERRERS = ("direct", "search", "ad", "email", "social")
 ORDER_SHARE = 0.2  # of valid events; the rest are page views
-TOPICS = (PAGE_VIEWS_V1.name, ORDERS_V1.name, PAYMENTS.topic, PRODUCTS.topic, CUSTOMERS.topic)  # what it writes to
+TOPICS = (PAGE_VIEWS.topic, ORDERS.topic, PAYMENTS.topic, PRODUCTS.topic, CUSTOMERS.topic)  # what it writes to
 # How far back out-of-order and late events are stamped, in seconds of event time.
 OUT_OF_ORDER_S = (1.0, 45.0)
 LATE_S = (15 * 60.0, 40 * 60.0)
@@ -73,24 +70,6 @@ class PaymentPlan:
     order_id: str
     outcome: str
     payments: tuple[tuple[datetime, str], ...]
-
-
-@dataclass(frozen=True)
-class Mix:
-    """Shares of records (0..1) that are deliberately out of order, late, duplicated or malformed."""
-
-    out_of_order: float = 0.03
-    late: float = 0.01
-    duplicate: float = 0.02
-    malformed: float = 0.02
-
-    def __post_init__(self) -> None:
-        for name in ("out_of_order", "late", "duplicate", "malformed"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise MixError(f"the {name.replace('_', '-')} share must be between 0 and 1, not {value}")
-        if self.duplicate + self.malformed > 1.0:
-            raise MixError("the duplicate and malformed shares add up to more than 1")
 
 
 @dataclass(frozen=True)
@@ -134,8 +113,8 @@ CORRUPTIONS: tuple[tuple[str, str | None, str], ...] = (
     ("invalid_utf8", None, reasons.INVALID_ENCODING),
     ("missing_field", None, reasons.MISSING_FIELD),
     ("bad_timestamp", None, reasons.BAD_TIMESTAMP),
-    ("wrong_total", ORDERS_V1.name, reasons.CONTRACT_VIOLATION),
-    ("product_page_without_product", PAGE_VIEWS_V1.name, reasons.CONTRACT_VIOLATION),
+    ("wrong_total", ORDERS.topic, reasons.CONTRACT_VIOLATION),
+    ("product_page_without_product", PAGE_VIEWS.topic, reasons.CONTRACT_VIOLATION),
 )
 
 
@@ -295,7 +274,7 @@ class ShopGenerator:
             clock = _ms(clock - timedelta(seconds=self.rng.uniform(*OUT_OF_ORDER_S)))
         customer = self.rng.choice(self.customers)
         is_order = self.rng.random() < ORDER_SHARE
-        schema = ORDERS_V1 if is_order else PAGE_VIEWS_V1
+        schema = ORDERS.schema if is_order else PAGE_VIEWS.schema
         event = (self._order if is_order else self._page_view)(customer, clock, index)
         return GeneratedRecord(
             index=index, topic=schema.name, key=customer.encode(), kind="valid", event=event,
@@ -372,7 +351,7 @@ class ShopGenerator:
                 headers=original.headers,
             )
         record = self._valid(index, clock)
-        if record.topic == ORDERS_V1.name:
+        if record.topic == ORDERS.topic:
             self._plan_payments(record.event, datetime.fromisoformat(record.event["occurred_at"].replace("Z", "+00:00")))
         # Duplicates repeat a recent event, as a producer retrying after a lost acknowledgement would.
         self._recent = (self._recent + [record])[-50:]

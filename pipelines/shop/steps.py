@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.streaming.context import timestamp_literal
 from lakehouse.streaming.gold_batches import Step, StepFunction
-from lakehouse.streaming.transforms.gold import to_activity_intervals, to_order_velocity, to_sessions
+from lakehouse.pipelines.shop.transforms import to_activity_intervals, to_order_velocity, to_sessions
 from lakehouse.streaming.lake_files import has_delta_log
 
 

@@ -1,0 +1,1 @@
+"""Pipelines shipped with the project: the shop, the default (LAKEHOUSE_PIPELINE=lakehouse.pipelines.shop)."""
