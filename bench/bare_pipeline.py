@@ -42,7 +42,8 @@ from typing import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from lakehouse.pipelines.shop import flows as shop_flows
+from lakehouse.pipelines.shop.gold import EVENT_SOURCES, GOLD_BY_NAME
+from lakehouse.streaming.transforms.windows import windowed_rows
 
 STAGES = ("bronze", "silver", "dimensions", "gold")
 
@@ -91,20 +92,24 @@ def _gold(ctx) -> dict[str, Callable[[Callable[[str], DataFrame]], DataFrame]]:
     def dims(read):
         return {"dim_products": read("dim_products"), "dim_customers": read("dim_customers")}
 
+    declared = GOLD_BY_NAME
+
+    def windows(name, rows, **dims):
+        return windowed_rows(declared[name], rows, ctx.params, **dims)
+
     return {
-        "gold_revenue_per_minute": lambda read: gold.to_revenue_per_minute(orders(read)),
-        "gold_page_views_per_product_minute":
-            lambda read: gold.to_page_views_per_product_minute(gold.to_product_page_views(views(read))),
-        "gold_revenue_hopping": lambda read: gold.to_revenue_hopping(
-            orders(read), size=ctx.params["hopping_window_size"], slide=ctx.params["hopping_window_slide"]),
+        "gold_revenue_per_minute": lambda read: windows("gold_revenue_per_minute", orders(read)),
+        "gold_page_views_per_product_minute": lambda read: windows(
+            "gold_page_views_per_product_minute", gold.to_product_page_views(views(read))),
+        "gold_revenue_hopping": lambda read: windows("gold_revenue_hopping", orders(read)),
         "gold_order_velocity": velocity,
         "gold_sessions": sessions,
         "gold_processing_delay": lambda read: gold.to_processing_delay(gold.to_delay_events(
-            *(read(t.name) for t in shop_flows.EVENT_SOURCES))),
-        "gold_category_revenue_per_minute":
-            lambda read: shop_flows.to_category_revenue(orders(read), dim_products=read("dim_products")),
-        "gold_order_lines_enriched": lambda read: shop_flows.to_enriched_order_lines(orders(read), **dims(read)),
-        "gold_page_views_enriched": lambda read: shop_flows.to_enriched_page_views(views(read), **dims(read)),
+            *(read(s.silver_table.name) for s in EVENT_SOURCES))),
+        "gold_category_revenue_per_minute": lambda read: windows(
+            "gold_category_revenue_per_minute", orders(read), dim_products=read("dim_products")),
+        "gold_order_lines_enriched": lambda read: gold.to_enriched_order_lines(orders(read), **dims(read)),
+        "gold_page_views_enriched": lambda read: gold.to_enriched_page_views(views(read), **dims(read)),
         "gold_order_payments": order_payments,
     }
 

@@ -115,7 +115,8 @@ def start_work(spark, records, table: Path, trigger: str, *, exactly_once: bool 
     from lakehouse.streaming.gold_batches import on_keys
     from lakehouse.streaming.positions import UserMetadata
     from lakehouse.streaming.sinks import append_once, dml_once, ensure_table
-    from lakehouse.pipelines.shop.transforms import to_revenue_per_minute
+    from lakehouse.pipelines.shop.gold import GOLD_BY_NAME
+    from lakehouse.streaming.transforms.windows import windowed_rows
 
     def append(df, path: Path, layer: str, batch_id: int, said: str) -> None:
         if exactly_once:
@@ -136,7 +137,7 @@ def start_work(spark, records, table: Path, trigger: str, *, exactly_once: bool 
             orders = (parsed.withColumn("occurred_at", F.try_to_timestamp("occurred_at"))
                       .withColumn("item_count", F.expr(ITEM_COUNT)).where(F.col("occurred_at").isNotNull()))
             append(orders, work_table(table, "silver"), "silver", batch_id, said)
-            partials = to_revenue_per_minute(orders)
+            partials = windowed_rows(GOLD_BY_NAME["gold_revenue_per_minute"], orders)
             ensure_table(partials, GOLD_REVENUE_PER_MINUTE, gold_path)
             with UserMetadata(spark, said), dml_once(spark, "bare-gold", batch_id) if exactly_once else nullcontext():
                 (DeltaTable.forPath(spark, gold_path).alias("t").merge(partials.alias("s"), on)

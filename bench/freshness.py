@@ -625,11 +625,11 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
     """One rate: `lakehouse stream` (or with `floor` the barest job, bench.bare_stream) fed at `rate` events/s."""
     from lakehouse.streaming.continuous import flows_for
     from lakehouse.streaming.flows import FLOWS
-    from lakehouse.pipelines.shop.flows import EVENT_SOURCES
+    from lakehouse.pipelines.shop.gold import EVENT_SOURCES
 
     flows = [] if floor else flows_for(FLOWS, tables)
     names = ["bare"] if floor else [f.name for f in flows]
-    silver_tables = [t.name for t in EVENT_SOURCES if t.name in names]
+    silver_tables = [s.silver_table.name for s in EVENT_SOURCES if s.silver_table.name in names]
     has_gold = GOLD_TABLE in names
     window_s = minutes * 60
     shape = ("--work --exactly-once" if exactly_once else "--work") if work else f"{hops} hop{'s' * (hops > 1)}"

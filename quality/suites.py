@@ -191,7 +191,7 @@ def suite_tables(declared: Iterable[Source] = (), pipeline: Pipeline | None = No
     pipeline = pipeline or active_pipeline()
     declared = tuple(declared) or pipeline.sources
     return ({s.silver_table.name for s in declared} | {s.dimension_table.name for s in declared if s.dimension}
-            | {table.name for table, _ in pipeline.gold_suites()})
+            | {gold.name for gold in pipeline.gold})
 
 
 def build_suites(declared: Iterable[Source] = (), pipeline: Pipeline | None = None) -> dict[str, Suite]:
@@ -205,5 +205,5 @@ def build_suites(declared: Iterable[Source] = (), pipeline: Pipeline | None = No
         suites.append(silver_suite(source, rules.get(source.entity, ()) if source in pipeline.sources else ()))
         if source.dimension is not None:
             suites.append(dimension_suite(source))
-    suites += [build(table) for table, build in pipeline.gold_suites()]
+    suites += [gold_suite(gold.spec, *gold.expectations(), keys_not_null=gold.keys_not_null) for gold in pipeline.gold]
     return {s.name: s for s in suites}

@@ -77,25 +77,39 @@ class Pipeline:
     name: str
     description: str
     sources: tuple[Any, ...]                       # schemas.sources.Source, in dependency order
-    gold: tuple[Any, ...] = ()                     # schemas.tables.TableSpec of each gold table
-    gold_flows: Callable[[], tuple[Any, ...]] = lambda: ()   # streaming.flows.Flow of each gold table (built late:
-                                                              # flows import the engine's writers)
-    params: tuple[Param, ...] = ()
+    gold: tuple[Any, ...] = ()                     # schemas.gold.Gold: each gold table, declared once
+    params: tuple[Param, ...] = ()                 # the pipeline's own; those its gold kinds name are added
     silver_rules: Callable[[], Mapping[str, list]] = lambda: {}   # entity -> extra expectations (imports GX)
-    gold_suites: Callable[[], list[tuple[Any, Callable]]] = lambda: []  # (TableSpec, build suite) per gold table
     gold_counts: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)  # gold table -> (silver table,
                                                    # what one silver event adds, SQL that counts the gold table)
     references: tuple[Reference, ...] = ()         # cross-table rules, checked on the whole tables
-    example_queries: Mapping[str, str] = field(default_factory=dict)  # title -> SQL over gold (the demo runs them)
     demo: Demo | None = None                       # how `lakehouse demo` and `produce` make events
     module: str = ""                               # the module it was loaded from
 
     def __post_init__(self) -> None:
+        declared = {p.name: p for p in self.params}
+        for gold in self.gold:
+            for p in gold.params():
+                declared.setdefault(p.name, p)
+        object.__setattr__(self, "params", tuple(declared.values()))
+        names = [g.name for g in self.gold]
+        if len(set(names)) != len(names):
+            raise PipelineError(f"pipeline {self.name} declares a gold table twice: {', '.join(sorted(names))}.")
         names = [p.name for p in self.params]
         if len(set(names)) != len(names):
             raise PipelineError(f"pipeline {self.name} declares a parameter twice: {', '.join(sorted(names))}.")
         for p in self.params:
             p.parse(p.default)
+
+    @property
+    def gold_specs(self) -> tuple[Any, ...]:
+        """The TableSpec of each gold table."""
+        return tuple(g.spec for g in self.gold)
+
+    @property
+    def example_queries(self) -> dict[str, str]:
+        """Each gold table's example query, by table."""
+        return {g.name: g.example for g in self.gold if g.example}
 
     def param_values(self, environ: Mapping[str, str] | None = None, **overrides: Any) -> dict[str, Any]:
         """Every parameter's value: LAKEHOUSE_<NAME> if set, else its default; explicit overrides win."""

@@ -45,9 +45,9 @@ LATE_ARRIVALS = TableSpec(
 
 # The active pipeline's tables (LAKEHOUSE_PIPELINE): bronze and silver follow from its sources, gold is declared.
 __getattr__ = from_pipeline(__name__, {
-    "GOLD": lambda p: tuple(p.gold),
-    "ALL": lambda p: all_tables(p.sources, p.gold),
-    "BY_NAME": lambda p: {spec.name: spec for spec in all_tables(p.sources, p.gold)},
+    "GOLD": lambda p: p.gold_specs,
+    "ALL": lambda p: all_tables(p.sources, p.gold_specs),
+    "BY_NAME": lambda p: {spec.name: spec for spec in all_tables(p.sources, p.gold_specs)},
 })
 
 
@@ -57,7 +57,7 @@ def all_tables(declared: Iterable[Any], gold: Iterable[TableSpec] | None = None)
     if gold is None:
         from lakehouse.schemas.pipeline import active_pipeline
 
-        gold = active_pipeline().gold
+        gold = active_pipeline().gold_specs
     return (
         *(s.bronze_table for s in declared),
         *(s.silver_table for s in declared),

@@ -20,7 +20,11 @@ from lakehouse.streaming.silver_batches import SilverWriter
 from lakehouse.streaming.dimension_batches import DimensionWriter
 from lakehouse.streaming.transforms.dimensions import to_dimension_changes
 from lakehouse.streaming.transforms.bronze import to_bronze
-from lakehouse.streaming.gold_batches import EventTimeWriter, RecomputeWriter, StepFunction, UpsertWriter, add_partials
+from lakehouse.schemas.gold import Custom, Enriched, Gold, Recomputed, Windowed
+from lakehouse.streaming.gold_batches import (
+    EventTimeWriter, RecomputeWriter, StepFunction, UpsertWriter, add_partials, merge_partials,
+)
+from lakehouse.streaming.transforms.windows import window_partials
 from lakehouse.streaming.transforms.silver import parse_events
 from lakehouse.streaming.lake_files import has_delta_log
 
@@ -54,10 +58,13 @@ class Flow:
     aggregate: Callable[..., DataFrame] | None = None   # stateful gold: the pure transform its writer applies
     defined_by: Callable[..., object] | None = None     # what defines the table, for its description
     lookups: tuple[TableSpec, ...] = ()                 # tables read whole at each batch (dimensions, as of)
+    description: str = ""                               # what the flow computes, when a declaration says it
 
     @property
     def doc(self) -> str:
-        """The first line of the docstring of what defines the table."""
+        """What defines the table: its declaration's description, else its function's docstring's first line."""
+        if self.description:
+            return self.description
         return ((self.defined_by or self.aggregate or self.transform).__doc__ or self.name).splitlines()[0]
 
     @property
@@ -146,7 +153,7 @@ def stateful(
     name: str, source: Input | tuple[TableSpec, ...], target: TableSpec, aggregate: Callable[..., DataFrame], *,
     step: Callable[[FlowContext], StepFunction], params: Callable[[FlowContext], Mapping[str, object]] = lambda ctx: {},
     transform: Callable[..., DataFrame] = passthrough, state_rows: Callable | None = None, version: int = 1,
-    defined_by: Callable[..., object] | None = None, lookups: tuple[TableSpec, ...] = (),
+    defined_by: Callable[..., object] | None = None, lookups: tuple[TableSpec, ...] = (), description: str = "",
 ) -> Flow:
     """A gold flow whose writer keeps its own event-time watermark: `aggregate` then `step` per micro-batch."""
 
@@ -160,7 +167,8 @@ def stateful(
         )
 
     return Flow(name, source, target, transform, output="batch", writer=writer, aggregate=aggregate,
-                also_writes=(tables.LATE_ARRIVALS,), version=version, defined_by=defined_by, lookups=lookups)
+                also_writes=(tables.LATE_ARRIVALS,), version=version, defined_by=defined_by, lookups=lookups,
+                description=description)
 
 
 def as_of(df: DataFrame, ctx: FlowContext, lookups: tuple[TableSpec, ...]) -> dict[str, DataFrame]:
@@ -181,14 +189,15 @@ class MissingDimension(RuntimeError):
 
 
 def enriched(name: str, source: TableSpec, target: TableSpec, compute: Callable[..., DataFrame],
-             lookups: tuple[TableSpec, ...]) -> Flow:
+             lookups: tuple[TableSpec, ...], description: str = "", version: int = 1) -> Flow:
     """A stateless gold flow: each batch enriched as of its events' time and upserted on the table's keys."""
 
     def writer(flow: Flow, ctx: FlowContext) -> UpsertWriter:
         return UpsertWriter(target=flow.target, lake_root=ctx.lake_root, app_id=flow.app_id, keys=flow.target.keys,
                             compute=lambda df: compute(df, **as_of(df, ctx, lookups)), ctx=ctx)
 
-    return Flow(name, source, target, passthrough, output="batch", writer=writer, aggregate=compute, lookups=lookups)
+    return Flow(name, source, target, passthrough, output="batch", writer=writer, aggregate=compute, lookups=lookups,
+                description=description, version=version)
 
 
 def windowed_sums(keys: tuple[str, ...], sums: tuple[str, ...]) -> Callable[[FlowContext], StepFunction]:
@@ -198,7 +207,8 @@ def windowed_sums(keys: tuple[str, ...], sums: tuple[str, ...]) -> Callable[[Flo
 
 def recomputed(name: str, sources_: tuple[TableSpec, ...], target: TableSpec, *, narrow: Callable[..., DataFrame],
                compute: Callable[[DataFrame], DataFrame], keys: tuple[str, ...], bucket_column: str,
-               bucket_width: str = "1 minute", event_time: str = "occurred_at") -> Flow:
+               bucket_width: str = "1 minute", event_time: str = "occurred_at", description: str = "",
+               version: int = 1) -> Flow:
     """A gold flow of figures that cannot be merged from partials (percentiles): the buckets a batch touches are
     recomputed from every silver table it reads (RecomputeWriter)."""
     unit = bucket_width.split()[-1].rstrip("s")
@@ -211,7 +221,59 @@ def recomputed(name: str, sources_: tuple[TableSpec, ...], target: TableSpec, *,
             bucket_time=(bucket_column, event_time, duration_micros(bucket_width)), ctx=ctx,
         )
 
-    return Flow(name, sources_, target, narrow, output="batch", writer=writer, aggregate=compute)
+    return Flow(name, sources_, target, narrow, output="batch", writer=writer, aggregate=compute,
+                description=description, version=version)
+
+
+def gold_flow(gold: Gold) -> Flow:
+    """The flow a gold declaration implies, by its kind; the rows it reads go through `gold.rows` first."""
+    reads = tuple(source.silver_table for source in gold.reads)
+    source = reads[0] if len(reads) == 1 else reads
+    lookups = tuple(source.dimension_table for source in gold.lookups)
+    rows = gold.rows or passthrough
+    kind, spec = gold.kind, gold.spec
+    if isinstance(kind, Windowed):
+        return stateful(gold.name, source, spec, _windowed_aggregate(gold), step=_windowed_step(gold),
+                        params=lambda ctx: {"params": dict(ctx.params)}, transform=rows, version=gold.version, lookups=lookups, description=gold.description)
+    if isinstance(kind, Custom):
+        return stateful(gold.name, source, spec, _with_transform(gold, kind.aggregate), step=kind.step,
+                        params=kind.params, transform=rows, state_rows=kind.state_rows, version=gold.version,
+                        defined_by=kind.defined_by, lookups=lookups, description=gold.description)
+    if isinstance(kind, Enriched):
+        return enriched(gold.name, source, spec, kind.compute, lookups, description=gold.description,
+                        version=gold.version)
+    if isinstance(kind, Recomputed):
+        return recomputed(gold.name, reads, spec, narrow=gold.rows or passthrough, compute=kind.compute,
+                          keys=spec.keys, bucket_column=kind.bucket_column, bucket_width=kind.bucket_width,
+                          event_time=kind.time, description=gold.description, version=gold.version)
+    raise TypeError(f"gold table {gold.name}: unknown kind {type(kind).__name__}")
+
+
+def _with_transform(gold: Gold, after: Callable[..., DataFrame] | None) -> Callable[..., DataFrame]:
+    """The per-batch function of a stateful kind: the declared transform (with its lookups), then `after`."""
+    def aggregate(df: DataFrame, **kwargs: object) -> DataFrame:
+        dims = {k: v for k, v in kwargs.items() if k.startswith("dim_")}
+        rest = {k: v for k, v in kwargs.items() if not k.startswith("dim_")}
+        if gold.transform is not None:
+            df = gold.transform(df, **dims)
+        return after(df, **rest) if after is not None else df
+    return aggregate
+
+
+def _windowed_aggregate(gold: Gold) -> Callable[..., DataFrame]:
+    """A windowed table's partial aggregates of one batch's on-time rows: per window and group, in declared order."""
+    kind = gold.kind
+
+    def aggregate(df: DataFrame, *, params: Mapping[str, object], **dims: DataFrame) -> DataFrame:
+        if gold.transform is not None:
+            df = gold.transform(df, **dims)
+        return window_partials(df, kind, params)
+
+    return aggregate
+
+
+def _windowed_step(gold: Gold) -> Callable[[FlowContext], StepFunction]:
+    return lambda ctx: merge_partials(gold.kind, gold.spec.keys)
 
 
 def build_flows(declared: tuple[Source, ...] | None = None, pipeline: Pipeline | None = None) -> tuple[Flow, ...]:
@@ -231,8 +293,8 @@ def build_flows(declared: tuple[Source, ...] | None = None, pipeline: Pipeline |
 
 @functools.lru_cache(maxsize=None)
 def gold_flows(pipeline: Pipeline) -> tuple[Flow, ...]:
-    """The pipeline's gold flows, built once per pipeline."""
-    return tuple(pipeline.gold_flows())
+    """The pipeline's gold flows, built once per pipeline from its declarations."""
+    return tuple(gold_flow(gold) for gold in pipeline.gold)
 
 
 @functools.lru_cache(maxsize=None)

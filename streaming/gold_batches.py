@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from delta.tables import DeltaTable
 from pyspark import StorageLevel
@@ -46,6 +46,9 @@ from lakehouse.streaming.lake_files import has_delta_log
 from lakehouse.streaming.positions import BatchRecord, RecordsPositions, UserMetadata
 from lakehouse.streaming.sinks import append_once, dml_once, ensure_table, merge_metrics
 from lakehouse.streaming.transforms.silver import to_late_arrivals
+
+if TYPE_CHECKING:
+    from lakehouse.schemas.gold import Windowed
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +234,19 @@ def add_partials(keys: tuple[str, ...], sums: tuple[str, ...]) -> StepFunction:
 
     def step(partials: DataFrame, at: Step) -> int:
         return at.merge(partials, keys=keys, matched={c: f"t.`{c}` + s.`{c}`" for c in sums}, closes_batch=True)
+
+    return step
+
+
+def merge_partials(kind: "Windowed", keys: tuple[str, ...]) -> StepFunction:
+    """A window flow's step: the batch's partial aggregates merged into its table as the declaration says
+    (`merge_expressions`), in one MERGE that also commits the batch's watermark."""
+    from lakehouse.streaming.transforms.windows import merge_expressions
+
+    matched = merge_expressions(kind)
+
+    def step(partials: DataFrame, at: Step) -> int:
+        return at.merge(partials, keys=keys, matched=matched, closes_batch=True)
 
     return step
 

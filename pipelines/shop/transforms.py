@@ -1,9 +1,8 @@
-"""Gold: event-time windows, sessions and joins over silver; each answers one business question.
+"""The shop's gold transforms: pure functions over silver rows, each used by one gold declaration (gold.py).
 
-These are pure transforms over the on-time rows of one micro-batch (or of a bounded replay): the
-stateful writer (`streaming/gold_batches.py`) routes late rows away under the flow's watermark first
-and merges what these return into the gold tables. The `to_*_events` transforms narrow or combine the
-silver streams into what a flow's writer receives.
+The `to_*_events` transforms narrow or combine the silver streams into the rows a gold table is computed
+from; the others run on the on-time rows of one micro-batch (or of a bounded replay), after the flow's
+writer has routed late rows away under its watermark. Window aggregates are declared, not written here.
 """
 
 from __future__ import annotations
@@ -12,46 +11,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-MINUTE = "1 minute"
+from lakehouse.streaming.transforms.dimensions import enrich_as_of
+
 # What late_arrivals needs of every row a stateful flow reads: identity, time and Kafka coordinates.
 LINEAGE = ("event_id", "occurred_at", "topic", "partition", "offset", "appended_at", "ingested_at")
-
-
-def _window_columns(window: str = "window") -> list:
-    return [F.col(f"{window}.start").alias("window_start"), F.col(f"{window}.end").alias("window_end")]
-
-
-def to_revenue_per_minute(orders: DataFrame) -> DataFrame:
-    """Tumbling: revenue, orders and items per one-minute event-time window and currency."""
-    return (
-        orders.groupBy(F.window("occurred_at", MINUTE).alias("window"), "currency")
-        .agg(F.sum("total_cents").alias("revenue_cents"), F.count("*").alias("orders"),
-             F.sum("item_count").alias("items"))
-        .select(*_window_columns(), "currency", "revenue_cents", "orders", "items")
-    )
-
-
-def to_page_views_per_product_minute(page_views: DataFrame) -> DataFrame:
-    """Tumbling: views of each product's page per one-minute event-time window."""
-    return (
-        page_views.groupBy(F.window("occurred_at", MINUTE).alias("window"), "product_id")
-        .agg(F.count("*").alias("views"))
-        .select(*_window_columns(), "product_id", "views")
-    )
 
 
 def to_product_page_views(page_views: DataFrame) -> DataFrame:
     """Page views of product pages only (the others name no product)."""
     return page_views.where(F.col("product_id").isNotNull())
-
-
-def to_revenue_hopping(orders: DataFrame, *, size: str, slide: str) -> DataFrame:
-    """Hopping: revenue and orders over the last `size` of event time, one window starting every `slide`, per currency."""
-    return (
-        orders.groupBy(F.window("occurred_at", size, slide).alias("window"), "currency")
-        .agg(F.sum("total_cents").alias("revenue_cents"), F.count("*").alias("orders"))
-        .select(*_window_columns(), "currency", "revenue_cents", "orders")
-    )
 
 
 def to_order_velocity(orders: DataFrame, *, window_micros: int, threshold: int) -> DataFrame:
@@ -167,12 +135,29 @@ def to_order_lines(orders: DataFrame) -> DataFrame:
     )
 
 
-def to_category_revenue_per_minute(lines: DataFrame) -> DataFrame:
-    """Tumbling: revenue, units and orders per one-minute event-time window, product category (as of the order) and currency."""
-    return (
-        lines.groupBy(F.window("ordered_at", MINUTE).alias("window"), F.coalesce("category", F.lit("unknown")).alias("category"),
-                      "currency")
-        .agg(F.sum("line_cents").alias("revenue_cents"), F.sum("quantity").alias("units"),
-             F.count_distinct("order_id").alias("orders"))
-        .select(*_window_columns(), "category", "currency", "revenue_cents", "units", "orders")
-    )
+PRODUCT_ATTRIBUTES = {"category": "category", "list_price_cents": "list_price_cents"}
+CUSTOMER_ATTRIBUTES = {"tier": "customer_tier", "country": "customer_country"}
+
+
+def to_category_lines(orders: DataFrame, *, dim_products: DataFrame) -> DataFrame:
+    """Order lines with the product's category as of the order's time ("unknown" before its first version), each
+    order's first line in a category marked, so that counting marks counts orders per category."""
+    lines = enrich_as_of(to_order_lines(orders), dim_products, key="product_id", event_time="ordered_at",
+                         attributes={"category": "category"})
+    lines = lines.withColumn("category", F.coalesce("category", F.lit("unknown")))
+    first = Window.partitionBy("order_id", "category").orderBy("line_no")
+    return lines.withColumn("first_in_category", F.row_number().over(first) == 1)
+
+
+def to_enriched_order_lines(orders: DataFrame, *, dim_products: DataFrame, dim_customers: DataFrame) -> DataFrame:
+    """Order lines with product and customer attributes as they were at the order's time (as-of join)."""
+    lines = enrich_as_of(to_order_lines(orders), dim_products, key="product_id", event_time="ordered_at",
+                         attributes=PRODUCT_ATTRIBUTES)
+    return enrich_as_of(lines, dim_customers, key="customer_id", event_time="ordered_at", attributes=CUSTOMER_ATTRIBUTES)
+
+
+def to_enriched_page_views(page_views: DataFrame, *, dim_products: DataFrame, dim_customers: DataFrame) -> DataFrame:
+    """Page views with product and customer attributes as they were at the view's time (as-of join)."""
+    views = page_views.select("event_id", "occurred_at", "customer_id", "page_type", "product_id", "url")
+    views = enrich_as_of(views, dim_products, key="product_id", event_time="occurred_at", attributes=PRODUCT_ATTRIBUTES)
+    return enrich_as_of(views, dim_customers, key="customer_id", event_time="occurred_at", attributes=CUSTOMER_ATTRIBUTES)

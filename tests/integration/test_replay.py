@@ -8,6 +8,7 @@ Python over the produced orders.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -23,7 +24,7 @@ from lakehouse.pipelines.shop.generator import Mix, generate
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.runner import run_flow
-from lakehouse.pipelines.shop import transforms as gold
+from lakehouse.schemas.gold import sum_of
 from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
@@ -32,14 +33,10 @@ START = datetime(2026, 11, 22, 6, 0, tzinfo=timezone.utc)
 CLEAN = Mix(late=0.0, duplicate=0.03, malformed=0.03, out_of_order=0.0)
 
 
-def to_revenue_in_units(orders):
-    """The bug: revenue per minute in whole currency units, not cents."""
-    return gold.to_revenue_per_minute(orders).withColumn("revenue_cents", (F.col("revenue_cents") / 100).cast("long"))
-
-
-BUGGY = registry.stateful(
-    "gold_revenue_per_minute", shop.ORDERS.silver_table, shop.GOLD_REVENUE_PER_MINUTE, to_revenue_in_units,
-    step=registry._sums(("window_start", "currency"), ("revenue_cents", "orders", "items")), version=2)
+# The bug: revenue per minute in whole currency units, not cents.
+DECLARED = shop.GOLD_BY_NAME["gold_revenue_per_minute"]
+BUGGY = registry.gold_flow(replace(DECLARED, kind=replace(DECLARED.kind, aggregates={
+    **DECLARED.kind.aggregates, "revenue_cents": sum_of("total_cents DIV 100")})))
 FIXED = [BY_NAME["bronze_orders"], BY_NAME["silver_orders"], BY_NAME["gold_revenue_per_minute"]]
 WITH_BUG = FIXED[:2] + [BUGGY]
 

@@ -25,15 +25,27 @@ from pyspark.sql.types import (
 from pyspark.testing import assertDataFrameEqual
 
 from lakehouse.streaming.transforms.bronze import to_bronze
-from lakehouse.pipelines.shop.transforms import (
-    to_order_velocity, to_page_views_per_product_minute, to_product_page_views, to_revenue_hopping,
-    to_revenue_per_minute, to_sessions,
-)
+from lakehouse.pipelines.shop.gold import GOLD_BY_NAME
+from lakehouse.pipelines.shop.transforms import to_order_velocity, to_product_page_views, to_sessions
+from lakehouse.streaming.transforms.windows import windowed_rows
 from lakehouse.pipelines.shop import ORDERS, PAGE_VIEWS
 from lakehouse.streaming.transforms.silver import parse_events, to_quarantine, to_silver
 from lakehouse.pipelines import shop
 
 ORDERS_V1, PAGE_VIEWS_V1 = ORDERS.schema, PAGE_VIEWS.schema
+
+
+def to_revenue_per_minute(orders):
+    return windowed_rows(GOLD_BY_NAME["gold_revenue_per_minute"], orders, {})
+
+
+def to_page_views_per_product_minute(views):
+    return windowed_rows(GOLD_BY_NAME["gold_page_views_per_product_minute"], views, {})
+
+
+def to_revenue_hopping(orders, *, size, slide):
+    return windowed_rows(GOLD_BY_NAME["gold_revenue_hopping"], orders,
+                         {"hopping_window_size": size, "hopping_window_slide": slide})
 
 
 def parse_orders(bronze, **bounds):
