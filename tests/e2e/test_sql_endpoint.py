@@ -26,7 +26,8 @@ WARMED = "warmed up the run path in"
 MATERIALIZE = """
 import json, sys
 from lakehouse.infra.settings import Settings
-from lakehouse.cli import main as cli, runs
+from lakehouse.cli import main as cli
+from lakehouse.orchestration import runs
 settings = Settings.from_env()
 cli._setup_logging(settings, verbose=False, quiet=True)
 asset, days = sys.argv[1], tuple(sys.argv[2:]) or None
