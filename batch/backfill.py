@@ -34,7 +34,7 @@ from lakehouse.batch.recompute import Shadow, recompute
 from lakehouse.batch.verify import Verdict, verify_flow
 from lakehouse.schemas.tables import LATE_ARRIVALS
 from lakehouse.streaming.context import BatchScope, FlowContext, offsets_covered
-from lakehouse.streaming.flows import FLOWS, Flow
+from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.lake_files import has_delta_log
 from lakehouse.streaming.runner import run_flow, table_version
 
@@ -160,7 +160,7 @@ def _mark_reconciled(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tu
 
 
 def backfill(spark: SparkSession, ctx: FlowContext, days: tuple[date, date], tables: Iterable[str] | None = None, *,
-             run_id: str = "", flows: Iterable[Flow] = FLOWS, catch_up: bool = True,
+             run_id: str = "", flows: Iterable[Flow] | None = None, catch_up: bool = True,
              parallel: int = 1) -> list[TableChange]:
     """Backfill `days` of the named tables and everything downstream of them (every table after bronze by default).
 

@@ -26,7 +26,7 @@ from lakehouse.batch.recompute import Inputs, Shadow, read_kafka_range, recomput
 from lakehouse.schemas.tables import TableSpec
 from lakehouse.schemas.topics import TopicSpec
 from lakehouse.streaming.context import FlowContext
-from lakehouse.streaming.flows import FLOWS, Flow
+from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.gold_batches import WATERMARK_TABLE, EventTimeWriter
 from lakehouse.streaming.lake_files import children, has_delta_log
 from lakehouse.streaming.runner import table_version
@@ -130,7 +130,7 @@ def _rebuild_bronze(spark: SparkSession, flow: Flow, ctx: FlowContext, shadow: S
 
 
 def replay(spark: SparkSession, ctx: FlowContext, table: str, start: StartingPoint, *,
-           flows=FLOWS) -> tuple[Shadow, list[Replayed]]:
+           flows=None) -> tuple[Shadow, list[Replayed]]:
     """Rebuild `table` and its downstream into a shadow lake from `start`; returns the shadow and what it holds."""
     chosen = with_downstream([table], flows)
     root = flow_for(table, flows)
@@ -178,7 +178,7 @@ def replay(spark: SparkSession, ctx: FlowContext, table: str, start: StartingPoi
     return shadow, out
 
 
-def compare(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: list[Replayed], *, flows=FLOWS,
+def compare(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: list[Replayed], *, flows=None,
             limit: int = 10) -> list[Replayed]:
     """Each rebuilt table against the live one, row by row."""
     for done in replayed:
@@ -190,7 +190,7 @@ def compare(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: lis
     return replayed
 
 
-def swap(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: list[Replayed], *, flows=FLOWS) -> list[Replayed]:
+def swap(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: list[Replayed], *, flows=None) -> list[Replayed]:
     """Put each rebuilt table in place of the live one and reset its flow's checkpoint to resume after the replay."""
     from lakehouse.streaming.positions import commit_metadata, reset_checkpoint
 

@@ -24,7 +24,7 @@ from lakehouse.batch.lineage import batch_flows
 from lakehouse.batch.parallel import each_flow
 from lakehouse.batch.recompute import Inputs, Shadow, recompute, unreconciled_late
 from lakehouse.streaming.context import FlowContext
-from lakehouse.streaming.flows import FLOWS, Flow
+from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.lake_files import has_delta_log
 
 log = logging.getLogger(__name__)
@@ -105,13 +105,13 @@ def verify_flow(spark: SparkSession, flow: Flow, ctx: FlowContext, *, days: tupl
             shadow.drop()
 
 
-def verified_flows(tables: Iterable[str] | None = None, flows: Iterable[Flow] = FLOWS) -> list[Flow]:
+def verified_flows(tables: Iterable[str] | None = None, flows: Iterable[Flow] | None = None) -> list[Flow]:
     """The flows `verify` checks: those of the named tables (not their downstream), or all after bronze."""
     return [f for f in batch_flows(list(tables or []), flows) if not tables or f.target.name in set(tables)]
 
 
 def verify(spark: SparkSession, ctx: FlowContext, tables: Iterable[str] | None = None, *,
-           days: tuple[date, date] | None = None, flows: Iterable[Flow] = FLOWS, parallel: int = 1) -> list[Verdict]:
+           days: tuple[date, date] | None = None, flows: Iterable[Flow] | None = None, parallel: int = 1) -> list[Verdict]:
     """Verify each named table (all after bronze by default) against the batch lane; one Verdict per table.
 
     `parallel`: tables verified at once (each reads the live lake and writes a shadow of its own).

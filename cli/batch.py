@@ -72,7 +72,7 @@ class Bar(logging.Handler):
 def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.batch.lineage import batch_flows
     from lakehouse.orchestration import runs
-    from lakehouse.orchestration.definitions import BACKFILL_JOB
+    from lakehouse.orchestration.location import BACKFILL_JOB
     from lakehouse.orchestration.partitions import is_partitioned
     from lakehouse.orchestration.sql import format_table
 

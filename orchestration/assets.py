@@ -352,10 +352,11 @@ def side_table_spec(table: TableSpec, writers: list[str]) -> dg.AssetSpec:
     )
 
 
-def build_assets(declared: tuple[Source, ...] = sources.SOURCES, partitions: dg.PartitionsDefinition | None = None,
+def build_assets(declared: tuple[Source, ...] | None = None, partitions: dg.PartitionsDefinition | None = None,
                  ) -> list[dg.AssetsDefinition | dg.AssetSpec]:
     """Topic assets, then table assets in dependency order, all following from the source declarations."""
     partitions = partitions or daily()
+    declared = sources.SOURCES if declared is None else declared
     flows = flow_registry.build_flows(declared)
     docs = {s.silver_table.name: s.column_docs() for s in declared}
     docs.update({s.dimension_table.name: s.dimension_column_docs() for s in declared if s.dimension is not None})

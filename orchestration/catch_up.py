@@ -51,7 +51,7 @@ def _topics(context: dg.OpExecutionContext, kafka: KafkaResource, lake: LakeReso
         ))
 
 
-def build_catch_up_job(declared: tuple = sources.SOURCES) -> dg.JobDefinition:
+def build_catch_up_job(declared: tuple | None = None) -> dg.JobDefinition:
     """The catch_up job over the flows the source declarations imply."""
 
     @dg.op(name="bring_up_to_date", description="Create missing topics, run every flow (or the chosen tables') until "
@@ -60,7 +60,7 @@ def build_catch_up_job(declared: tuple = sources.SOURCES) -> dg.JobDefinition:
     def bring_up_to_date(context: dg.OpExecutionContext, config: CatchUpConfig, spark: SparkResource,
                          kafka: KafkaResource, lake: LakeResource) -> None:
         """Bring tables up to date with their sources (availableNow) and record what changed, per daily partition."""
-        if declared is sources.SOURCES and (endpoint := served_runs.endpoint_for(spark, lake)) is not None:
+        if declared is None and (endpoint := served_runs.endpoint_for(spark, lake)) is not None:
             served_runs.run_served(endpoint, served_runs.request(served_runs.CATCH_UP, lake, kafka,
                                                                  assets=list(config.assets)), context)
             return
@@ -75,8 +75,9 @@ def build_catch_up_job(declared: tuple = sources.SOURCES) -> dg.JobDefinition:
 
 
 def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: SparkResource, kafka: KafkaResource,
-             lake: LakeResource, declared: tuple) -> None:
+             lake: LakeResource, declared: tuple | None = None) -> None:
     """Run the chosen flows in order and log a materialization per table (per touched day when partitioned)."""
+    declared = sources.SOURCES if declared is None else declared
     flows = flow_registry.build_flows(declared)
     wanted = set(config.assets)
     topics = [s.topic_spec for s in declared if not wanted or topic_key(s.topic_spec).to_user_string() in wanted]

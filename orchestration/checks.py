@@ -83,6 +83,6 @@ def verify_result(session, flow: Flow, ctx) -> dg.AssetCheckResult:
     return check_result(verdict_record(verify_flow(session, flow, ctx)))
 
 
-def build_checks(declared: tuple = sources.SOURCES) -> list[dg.AssetChecksDefinition]:
+def build_checks(declared: tuple | None = None) -> list[dg.AssetChecksDefinition]:
     """One verify check per table after bronze."""
     return [verify_check(f) for f in flow_registry.build_flows(declared) if not isinstance(f.source, TopicSpec)]

@@ -150,7 +150,7 @@ def run_job(
     shows it under the job and can re-execute it; `tags` are added to the job's own (put the command line under
     COMMAND_TAG); `partition_range` (first key, last key) makes one run over that range of partitions.
     """
-    from lakehouse.orchestration.definitions import build_definitions
+    from lakehouse.orchestration.location import build_definitions
 
     # The steps run with resources from `settings`; the run's snapshots come from the location as the UI loads it.
     repo_def = build_definitions(settings).get_repository_def()
@@ -207,7 +207,7 @@ def catch_up(
     catch_up is an op job: its op takes the asset names from its config (orchestration/catch_up.py).
     """
     from lakehouse.orchestration.catch_up import CATCH_UP_JOB
-    from lakehouse.orchestration.definitions import build_definitions
+    from lakehouse.orchestration.location import build_definitions
 
     assets: list[str] = []
     if selection is not None:

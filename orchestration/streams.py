@@ -142,11 +142,11 @@ def topic_observation(topic: TopicSpec, ends: dict[int, tuple[int, int]], health
     })
 
 
-def streamed_tables(declared: tuple = sources.SOURCES) -> list[str]:
+def streamed_tables(declared: tuple | None = None) -> list[str]:
     return list(dict.fromkeys(f.target.name for f in flow_registry.build_flows(declared)))
 
 
-def observe(settings: Settings, instance: dg.DagsterInstance, declared: tuple = sources.SOURCES,
+def observe(settings: Settings, instance: dg.DagsterInstance, declared: tuple | None = None,
             now: float | None = None) -> list[object]:
     """Topic observations, lag checks and freshness checks, as of now."""
     from lakehouse.orchestration.resources import build_resources
@@ -154,6 +154,7 @@ def observe(settings: Settings, instance: dg.DagsterInstance, declared: tuple = 
     resources = build_resources(settings)
     ctx: FlowContext = resources["lake"].flow_context(resources["kafka"])
     ctx = FlowContext(lake_root=ctx.lake_root, kafka_bootstrap=ctx.kafka_bootstrap)   # no quality gate needed here
+    declared = sources.SOURCES if declared is None else declared
     flows = flow_registry.build_flows(declared)
     topics = [s.topic_spec for s in declared]
     events: list[object] = []
@@ -172,8 +173,9 @@ def observe(settings: Settings, instance: dg.DagsterInstance, declared: tuple = 
     return events
 
 
-def build_stream_checks(declared: tuple = sources.SOURCES) -> list[dg.AssetChecksDefinition]:
+def build_stream_checks(declared: tuple | None = None) -> list[dg.AssetChecksDefinition]:
     """The freshness check of every streamed table and the lag check of every topic, runnable from the UI too."""
+    declared = sources.SOURCES if declared is None else declared
     tables = streamed_tables(declared)
     topics = [s.topic_spec for s in declared]
 
@@ -214,7 +216,7 @@ def build_stream_checks(declared: tuple = sources.SOURCES) -> list[dg.AssetCheck
     return [freshness_checks, lag_checks]
 
 
-def build_stream_sensor(declared: tuple = sources.SOURCES) -> dg.SensorDefinition:
+def build_stream_sensor(declared: tuple | None = None) -> dg.SensorDefinition:
     """Every 30 s: observe the topics and evaluate the freshness and lag checks, without launching a run."""
 
     @dg.sensor(name=SENSOR, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,

@@ -35,7 +35,8 @@ from pyspark.sql.streaming import StreamingQuery
 from lakehouse.schemas.topics import TopicSpec
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.delta_log import commits_after, table_id, table_version
-from lakehouse.streaming.flows import BY_NAME, FLOWS, Flow
+from lakehouse.streaming import flows as flow_registry
+from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.lake_files import delete_tree
 from lakehouse.streaming.positions import StreamBinding, commit_metadata, parse_metadata
 from lakehouse.streaming.runner import after_bronze, in_flow_pool, run_flow
@@ -65,9 +66,9 @@ def checkpoint(silver: Flow, ctx: FlowContext) -> str:
 
 def covering(flow: Flow, ctx: FlowContext) -> tuple[str, TopicSpec] | None:
     """The checkpoint of the one-hop query that may run `flow` (a bronze or silver flow), and the topic it reads."""
-    for silver, bronze in one_hop_pairs(list(FLOWS)).items():
+    for silver, bronze in one_hop_pairs(list(flow_registry.FLOWS)).items():
         if flow.name in (silver, bronze.name):
-            return checkpoint(BY_NAME[silver], ctx), bronze.source
+            return checkpoint(flow_registry.BY_NAME[silver], ctx), bronze.source
     return None
 
 

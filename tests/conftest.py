@@ -18,6 +18,23 @@ from lakehouse.infra.settings import Settings
 from lakehouse.infra.spark import get_spark
 
 
+TIERS = ("unit", "integration", "e2e")
+JVM_FIXTURES = {"spark", "broker", "jars_dir"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test's tier from its folder (`-m unit`, `-m integration`, `-m e2e` run one alone); a test of the unit
+    folder that starts a JVM (Spark or a broker) counts as integration, so that `-m unit` needs no JVM."""
+    for item in items:
+        folder = item.path.parent.name
+        tier = folder if folder in TIERS else "integration"
+        if tier == "unit" and JVM_FIXTURES & set(getattr(item, "fixturenames", ())):
+            tier = "integration"
+        if tier == "e2e":
+            item.own_markers[:] = [m for m in item.own_markers if m.name != "integration"]
+        item.add_marker(getattr(pytest.mark, tier))
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -47,3 +47,5 @@ PIPELINE = Pipeline(
 
 # Each gold table's spec by its constant name (GOLD_SESSIONS for gold_sessions), for the shop's users and tests.
 globals().update({gold.name.upper(): gold.spec for gold in GOLD})
+# Each source's bronze and silver spec by constant name (SILVER_ORDERS for silver_orders), likewise.
+globals().update({spec.name.upper(): spec for source in SOURCES for spec in (source.bronze_table, source.silver_table)})

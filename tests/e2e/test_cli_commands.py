@@ -23,7 +23,6 @@ from lakehouse.streaming.kafka_topics import ensure_topics
 from tests.conftest import free_port
 from lakehouse.pipelines import shop
 
-pytestmark = pytest.mark.integration
 
 LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
 

@@ -20,7 +20,6 @@ from lakehouse.streaming.kafka_topics import admin_client
 from lakehouse.streaming.producer import produce
 from lakehouse.pipelines import shop
 
-pytestmark = pytest.mark.integration
 
 
 def test_definitions_load_with_the_expected_lineage():

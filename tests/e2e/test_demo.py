@@ -13,7 +13,6 @@ import pytest
 from lakehouse.infra.kafka_broker import port_is_free
 from tests.conftest import free_port
 
-pytestmark = pytest.mark.integration
 
 
 def test_demo_runs_end_to_end_and_accounts_for_every_record(jars_dir, tmp_path):

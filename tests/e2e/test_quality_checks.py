@@ -15,7 +15,7 @@ import great_expectations.expectations as gxe
 import pytest
 
 from lakehouse.orchestration import runs
-from lakehouse.orchestration.definitions import build_definitions
+from lakehouse.orchestration.location import build_definitions
 from lakehouse.quality import suites
 from lakehouse.quality.report import build_data_docs
 from lakehouse.quality.suites import Expectation
@@ -24,7 +24,6 @@ from lakehouse.streaming.kafka_topics import ensure_topics
 from tests.integration.test_bad_input import START, encode, order, page_view, send
 from lakehouse.pipelines import shop
 
-pytestmark = pytest.mark.integration
 
 LIMIT = Expectation(gxe.ExpectColumnValuesToBeBetween(column="total_cents", max_value=100_000), "fail")
 

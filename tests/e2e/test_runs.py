@@ -16,10 +16,9 @@ import pytest
 
 from lakehouse.infra.settings import Settings
 from lakehouse.orchestration import runs
-from lakehouse.orchestration.definitions import build_definitions
+from lakehouse.orchestration.location import build_definitions
 from tests.conftest import free_port
 
-pytestmark = pytest.mark.integration
 
 LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
 REPOSITORY = f"__repository__@{runs.LOCATION}"  # how Dagster labels the runs of the location's jobs

@@ -14,7 +14,6 @@ import pytest
 
 from tests.e2e.test_cli_commands import LAKEHOUSE, _end_offsets, environment, lakehouse
 
-pytestmark = pytest.mark.integration
 
 NOTICE = "no lakehouse serve running"
 ANSWERED = "INFO lakehouse: answered "

@@ -32,7 +32,6 @@ from lakehouse.streaming.producer import produce
 from lakehouse.streaming.runner import run_flow
 from lakehouse.pipelines import shop
 
-pytestmark = pytest.mark.integration
 
 LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
 STREAMED = ("gold_revenue_per_minute",)   # and what it needs: bronze_orders, silver_orders

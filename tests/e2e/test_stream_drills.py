@@ -18,7 +18,6 @@ from lakehouse.schemas import topics
 from lakehouse.streaming.kafka_topics import ensure_topics
 from tests.conftest import free_port
 
-pytestmark = pytest.mark.integration
 
 TABLES = ("gold_revenue_per_minute", "silver_page_views")   # 5 flows: bronze and silver of two topics, one gold
 EVENTS = 1000

@@ -16,7 +16,6 @@ import pytest
 
 from tests.conftest import free_port
 
-pytestmark = pytest.mark.integration
 
 
 def _processes_mentioning(text: str) -> list[int]:

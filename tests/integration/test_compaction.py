@@ -25,7 +25,7 @@ from delta.tables import DeltaTable
 from lakehouse.batch.maintenance import compact_table, layout, vacuum_table
 from lakehouse.infra.retention import DAY_MS, DELETED_FILES, duration_ms
 from lakehouse.cli import main as cli
-from lakehouse.orchestration.definitions import build_definitions
+from lakehouse.orchestration.location import build_definitions
 from lakehouse.orchestration.maintenance import JOB, TABLE_RETENTION_CHECK, TOPIC_RETENTION_CHECK
 from lakehouse.orchestration.resources import build_resources
 from lakehouse.schemas import sources, tables, topics

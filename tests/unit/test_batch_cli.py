@@ -8,7 +8,7 @@ import pytest
 
 from lakehouse.batch.lineage import UnknownTable, batch_flows, with_downstream
 from lakehouse.cli.main import main
-from lakehouse.orchestration.definitions import reconcile_range
+from lakehouse.orchestration.location import reconcile_range
 from lakehouse.streaming.flows import FLOWS
 
 
