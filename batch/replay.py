@@ -49,8 +49,11 @@ class StartingPoint:
     timestamp: str | None = None
     offsets: dict[int, int] | None = None        # bronze only: partition -> first offset to read again
     kafka_timestamp: datetime | None = None      # bronze only: first record at or after this time, per partition
+    latest: bool = False                         # the whole of every input as it is now (a refresh)
 
     def describe(self) -> str:
+        if self.latest:
+            return "the whole of its inputs as they are now"
         if self.version is not None:
             return f"input version {self.version}"
         if self.timestamp is not None:
@@ -130,9 +133,9 @@ def _rebuild_bronze(spark: SparkSession, flow: Flow, ctx: FlowContext, shadow: S
 
 
 def replay(spark: SparkSession, ctx: FlowContext, table: str, start: StartingPoint, *,
-           flows=None) -> tuple[Shadow, list[Replayed]]:
-    """Rebuild `table` and its downstream into a shadow lake from `start`; returns the shadow and what it holds."""
-    chosen = with_downstream([table], flows)
+           flows=None, downstream: bool = True) -> tuple[Shadow, list[Replayed]]:
+    """Rebuild `table` (and its downstream) into a shadow lake from `start`; returns the shadow and what it holds."""
+    chosen = with_downstream([table], flows) if downstream else [flow_for(table, flows)]
     root = flow_for(table, flows)
     shadow = Shadow(spark, ctx, f"replay-{table}")
     rebuilt: dict[str, str] = {}
@@ -161,6 +164,11 @@ def replay(spark: SparkSession, ctx: FlowContext, table: str, start: StartingPoi
                     version = start.version
                     if not 0 <= version <= (latest := table_version(spark, path)):
                         raise BadReplay(f"{source.name} has no version {version}; its versions go from 0 to {latest}.")
+                elif flow is root and start.latest:
+                    version = table_version(spark, path)
+                    if version is None:
+                        raise BadReplay(f"{source.name}, which {table} reads, does not exist yet: materialize it first "
+                                        f"(lakehouse run {source.name}).")
                 elif flow is root and start.timestamp is not None:
                     version = _version_at(spark, path, start.timestamp)
                 elif flow is root:
@@ -168,7 +176,9 @@ def replay(spark: SparkSession, ctx: FlowContext, table: str, start: StartingPoi
                 else:
                     version = table_version(spark, path)
                 positions[source.name] = version
-            df = recompute(spark, flow, fshadow, Inputs(versions=positions))
+            # A refresh leaves out the events the flow had listed late: they stay in late_arrivals, to be folded in
+            # by a backfill as for any table, so that the table and late_arrivals still account for every event.
+            df = recompute(spark, flow, fshadow, Inputs(versions=positions, without_late=start.latest))
             done.positions = {name: {"version": v + 1} for name, v in positions.items()}
         if df is not None:
             rebuilt[flow.target.name] = shadow.root
@@ -192,6 +202,7 @@ def compare(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: lis
 
 def swap(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: list[Replayed], *, flows=None) -> list[Replayed]:
     """Put each rebuilt table in place of the live one and reset its flow's checkpoint to resume after the replay."""
+    from lakehouse.streaming.fingerprints import record_definition
     from lakehouse.streaming.positions import commit_metadata, reset_checkpoint
 
     versions: dict[str, int] = {}
@@ -212,6 +223,7 @@ def swap(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: list[R
         writer.save(live_path)
         _move_state(spark, flow, shadow, ctx)
         reset_checkpoint(flow, ctx)
+        record_definition(spark, flow, ctx)   # rebuilt as defined now: its stream runs again
         done.swapped_version = versions[flow.target.name] = table_version(spark, live_path)
         log.info("replay swapped %s in at version %d; flow %s resumes from %s", done.table, done.swapped_version,
                  flow.name, positions or "the offsets bronze holds")

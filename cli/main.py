@@ -462,6 +462,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from lakehouse.batch.lineage import UnknownTable
     from lakehouse.infra.jars import JarsMissing
     from lakehouse.batch.replay import BadReplay
+    from lakehouse.streaming.fingerprints import DefinitionChanged
     from lakehouse.cli.batch import BadRange
     from lakehouse.infra.kafka_broker import BrokerError
     from lakehouse.cli.demo import DemoFailed
@@ -473,7 +474,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from lakehouse.streaming.continuous import UnknownTable as NotStreamed
 
     return (SettingsError, JarsMissing, BrokerError, KafkaUnreachable, SqlError, DemoFailed, UnknownAsset, UnknownJob,
-            UnknownPartition, MixError, PipelineError, UnknownTable, BadRange, BadReplay, NotStreamed, EndpointError, TopicsMissing)
+            UnknownPartition, MixError, PipelineError, UnknownTable, BadRange, BadReplay, DefinitionChanged, NotStreamed, EndpointError, TopicsMissing)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -133,6 +133,7 @@ class Gold:
     keys_not_null: bool = True                # its suite requires its keys present (an outer join's may be NULL)
     example: str = ""                         # a query a person would type, shown by the demo
     version: int = 1                          # bump when the flow changes incompatibly: a fresh checkpoint
+    uses: tuple[Param, ...] = ()              # the pipeline parameters a Custom step reads (its fingerprint has them)
     extra: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -162,9 +163,9 @@ class Gold:
         )
 
     def params(self) -> tuple[Param, ...]:
-        """The Params its kind names (a window's size or slide)."""
+        """The Params its kind names (a window's size or slide) and those it `uses`."""
         found = [getattr(self.kind, name, None) for name in ("size", "slide")]
-        return tuple(p for p in found if isinstance(p, Param))
+        return tuple(p for p in found if isinstance(p, Param)) + self.uses
 
 
 def resolve(value: str | Param | None, params: Mapping[str, object]) -> Any:

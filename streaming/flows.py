@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
@@ -59,6 +60,7 @@ class Flow:
     defined_by: Callable[..., object] | None = None     # what defines the table, for its description
     lookups: tuple[TableSpec, ...] = ()                 # tables read whole at each batch (dimensions, as of)
     description: str = ""                               # what the flow computes, when a declaration says it
+    declaration: Any = None                             # the Gold it follows from (its fingerprint's code part)
 
     @property
     def doc(self) -> str:
@@ -227,6 +229,10 @@ def recomputed(name: str, sources_: tuple[TableSpec, ...], target: TableSpec, *,
 
 def gold_flow(gold: Gold) -> Flow:
     """The flow a gold declaration implies, by its kind; the rows it reads go through `gold.rows` first."""
+    return dataclasses.replace(_flow_of(gold), declaration=gold)
+
+
+def _flow_of(gold: Gold) -> Flow:
     reads = tuple(source.silver_table for source in gold.reads)
     source = reads[0] if len(reads) == 1 else reads
     lookups = tuple(source.dimension_table for source in gold.lookups)

@@ -27,6 +27,7 @@ from lakehouse.streaming.positions import (
 )
 from lakehouse.streaming.progress import progress_row
 from lakehouse.streaming.silver_batches import SilverBatchStats
+from lakehouse.streaming.fingerprints import check_definition
 from lakehouse.streaming.sources import read_delta_stream, read_kafka_stream, stream_path
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ def start_flow(
     A checkpoint that is missing or corrupt while the flow's tables record where it stood is
     recovered first (`prepare_checkpoint`): the query resumes from those positions.
     """
+    check_definition(spark, flow, ctx)   # a changed definition never meets its old checkpoint unannounced
     if flow.output == "batch":
         writer = writer or flow.batch_writer(ctx)
     resume = prepare_checkpoint(spark, flow, ctx, writer=writer)

@@ -111,6 +111,7 @@ GOLD = (
         "the threshold.",
         "Which customers order unusually often (how many orders in the 30 minutes before each order)?",
         reads=(ORDERS,), kind=Custom(step=_sliding, defined_by=t.to_order_velocity), keys=("order_id",),
+        uses=(SLIDING_WINDOW, SLIDING_THRESHOLD),
         time_range=("ordered_at", "ordered_at"), zorder_by=("customer_id", "ordered_at"),
         expectations=lambda: [*_non_negative("orders_before"), *not_null("customer_id", "ordered_at")],
         example="SELECT customer_id, count(*) AS orders, max(orders_before) AS most_in_look_back, "
@@ -123,7 +124,7 @@ GOLD = (
         "it ended in an order.",
         "How long do shoppers browse, how many pages do they see, and which sessions end in an order?",
         reads=(PAGE_VIEWS, ORDERS), rows=t.to_activity_events,
-        kind=Custom(step=_sessions, defined_by=t.to_sessions), keys=("customer_id", "session_start"),
+        kind=Custom(step=_sessions, defined_by=t.to_sessions), keys=("customer_id", "session_start"), uses=(SESSION_GAP,),
         time_range=("session_start", "session_end"), zorder_by=("customer_id", "session_start"),
         expectations=_session_rules,
         example="SELECT ended_in_order, count(*) AS sessions, round(avg(page_views), 1) AS avg_pages, "
@@ -193,7 +194,7 @@ GOLD = (
         "without an order.",
         "Which orders were paid within 30 minutes, which went unpaid, and which payments match no order?",
         reads=(ORDERS, PAYMENTS), rows=t.to_order_payment_events,
-        kind=Custom(step=_join, state_rows=_join_state_rows), keys=("order_id", "payment_id"),
+        kind=Custom(step=_join, state_rows=_join_state_rows), keys=("order_id", "payment_id"), uses=(PAYMENT_WITHIN,),
         time_range=("ordered_at", "paid_at"), zorder_by=("ordered_at",),
         expectations=lambda: [*not_null("order_id", "outcome"),
                               in_set("outcome", ("matched", "unpaid", "payment_without_order"), "fail")],

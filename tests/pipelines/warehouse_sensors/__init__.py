@@ -65,6 +65,24 @@ def with_zone(readings: DataFrame, *, dim_devices: DataFrame) -> DataFrame:
     return placed.withColumn("zone", F.coalesce("zone", F.lit("unplaced")))
 
 
+EVENT_SOURCES = (READINGS,)
+
+
+def to_events(*silvers: DataFrame) -> DataFrame:
+    """Every event of the sources read, as one stream: its topic, id and time."""
+    out = silvers[0].select("topic", "event_id", "occurred_at")
+    for more in silvers[1:]:
+        out = out.unionByName(more.select("topic", "event_id", "occurred_at"))
+    return out
+
+
+def events_per_minute(sources: tuple) -> Gold:
+    """Events per minute and topic, over every event source of the pipeline (as the shop's processing delay)."""
+    return Gold("gold_events_per_minute", "Events per one-minute window and topic, over every event source.",
+                "How many events does each source send, minute by minute?", reads=sources, rows=to_events,
+                kind=Windowed(size="1 minute", by=("topic",), aggregates={"events": count()}))
+
+
 GOLD = (
     Gold("gold_zone_climate_per_minute", "Per minute and zone: readings, mean, least and greatest temperature, hot "
          "readings, humidity total (tumbling, zone as of the reading).",
@@ -85,6 +103,7 @@ GOLD = (
              readings.select("event_id", "occurred_at", "device_id", "celsius"), dim_devices=dim_devices)),
          keys=("event_id",), time_range=("occurred_at", "occurred_at"),
          expectations=lambda: not_null("zone", severity="warn")),
+    events_per_minute(EVENT_SOURCES),
 )
 
 
