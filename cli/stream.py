@@ -184,6 +184,11 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
+    from lakehouse.streaming.fingerprints import DefinitionChanged, changed_on_disk
+
+    for flow in flows:
+        if how := changed_on_disk(flow, ctx):
+            print(DefinitionChanged(flow.target.name, how))
     when = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     state = f"lakehouse stream is running (pid {pid})" if pid else "lakehouse stream is not running"
     if streamed and len(flows) < len(FLOWS):

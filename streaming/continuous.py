@@ -20,6 +20,7 @@ from lakehouse.streaming.health import latest_version
 from lakehouse.streaming.kafka_topics import KafkaUnreachable
 from lakehouse.streaming.one_hop import one_hop_pairs, start_one_hop
 from lakehouse.streaming.progress import ProgressRecorder
+from lakehouse.streaming.fingerprints import DefinitionChanged
 from lakehouse.streaming.runner import BrokerWatchdog, KafkaLost, QualityStopped, _raise_if_kafka_lost, _raise_if_quality_breach, start_flow
 
 log = logging.getLogger(__name__)
@@ -197,6 +198,11 @@ class Supervisor:
                 entry.writer = writer
         except KafkaUnreachable as exc:
             self._failed(entry, str(exc))
+            return
+        except DefinitionChanged as exc:
+            # Not retried, and not a reason to stop the others: this table waits for `lakehouse refresh`.
+            entry.last_error, entry.retry_at = str(exc), float("inf")
+            log.warning("flow %s is not streaming: %s", entry.flow.name, exc)
             return
         except Exception as exc:  # noqa: BLE001 - any start failure is retried like a query failure
             self._failed(entry, f"flow {entry.flow.name} could not start: {_first_line(exc)}")

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import inspect
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from pyspark.sql import SparkSession
@@ -161,6 +162,17 @@ def changed(spark: SparkSession, flow: "Flow", ctx: "FlowContext") -> list[str]:
     """How the flow's definition differs from the recorded one ([] if it does not, or none is recorded)."""
     recorded = _read(spark, definition_path(flow, ctx))
     return [] if recorded is None else changes(recorded, definition(flow, ctx))
+
+
+def changed_on_disk(flow: "Flow", ctx: "FlowContext") -> list[str] | None:
+    """`changed` without Spark, for a lake on local disk (`lakehouse status`); None for an object-store lake."""
+    path = definition_path(flow, ctx)
+    if "://" in path and not path.startswith("file://"):
+        return None
+    local = Path(path.removeprefix("file://"))
+    if not local.exists():
+        return []
+    return changes(json.loads(local.read_text() or "null") or {}, definition(flow, ctx))
 
 
 def check_definition(spark: SparkSession, flow: "Flow", ctx: "FlowContext") -> None:

@@ -166,6 +166,10 @@ def test_a_changed_window_size_is_named_and_refreshed(lake, capsys):
     assert set(failed) == {"gold_device_temperature_hopping"}
     assert "LAKEHOUSE_SENSORS_HOP_SIZE was 10 minutes, is 20 minutes" in str(failed["gold_device_temperature_hopping"])
     assert lake.version("gold_zone_climate_per_minute") > climate   # ran on, not rebuilt
+    capsys.readouterr()
+    cli.main(["status", "gold_device_temperature_hopping"])
+    assert ("gold_device_temperature_hopping is defined differently since its stream last ran "
+            "(LAKEHOUSE_SENSORS_HOP_SIZE was 10 minutes, is 20 minutes): run `lakehouse refresh") in capsys.readouterr().out
 
     out = lake.refresh("gold_device_temperature_hopping", capsys)
     assert "LAKEHOUSE_SENSORS_HOP_SIZE was 10 minutes, is 20 minutes" in out
