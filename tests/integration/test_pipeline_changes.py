@@ -4,7 +4,8 @@ The sensors pipeline runs on a lake; then it changes under the same lake, as a u
 - a source is added (doors), which gold_events_per_minute reads as it reads every event source (the case that
   left a lake broken for good with Spark's "There are [1] sources in the checkpoint offsets and now there are
   [2]"); gold_readings_placed is removed from the pipeline;
-- a window size changes (LAKEHOUSE_SENSORS_HOP_SIZE).
+- a window size changes (LAKEHOUSE_SENSORS_HOP_SIZE);
+- a source gains a column its producers sent all along, and a transform changes.
 Each time the changed table's flow refuses to run with one sentence, every other flow runs on, `lakehouse refresh`
 rebuilds the table from the retained log, and the stream resumes: the table equals plain Python over every event
 sent, with nothing read twice or skipped, and a table whose definition did not change is never rebuilt.
@@ -72,8 +73,10 @@ class Lake:
                 topic, event = "warehouse.doors.v1", {"event_id": f"door-{self.n}", "door_id": "bay-1",
                                                      "state": self.rng.choice(["open", "closed"]), "occurred_at": at}
             else:
+                # battery_pct is sent all along; silver keeps it once the source declares it.
                 topic, event = "warehouse.readings.v1", {"event_id": f"r-{self.n}", "device_id": "d-0",
-                                                         "celsius": 20.0, "humidity_pct": 50, "occurred_at": at}
+                                                         "celsius": 20.0, "humidity_pct": 50, "occurred_at": at,
+                                                         "battery_pct": 100 - self.n % 50}
             records.append(sensors.Record(self.n, topic, b"k", event))
             self.sent.append((topic, event))
         assert produce(records, bootstrap=self.broker.kafka_bootstrap).delivered == len(records)
@@ -89,9 +92,9 @@ class Lake:
     def version(self, table: str) -> int | None:
         return table_version(self.spark, f"{self.root}/gold/{table}")
 
-    def refresh(self, table: str, capsys) -> str:
+    def refresh(self, table: str, capsys, *more: str) -> str:
         capsys.readouterr()
-        assert cli.main(["refresh", table]) == 0
+        assert cli.main(["refresh", table, *more]) == 0
         out = capsys.readouterr()
         return out.out + out.err
 
@@ -191,3 +194,31 @@ def test_refreshing_a_table_that_others_read_asks_for_downstream(lake, capsys):
     assert cli.main(["refresh", "silver_readings"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: silver_readings is read by ") and "--downstream" in err[0]
+
+
+def test_a_new_column_and_a_changed_transform_refresh_silver_and_what_reads_it(lake, capsys):
+    """battery_pct declared and the zone transform changed: silver and the gold tables reading it name the change;
+    refresh --downstream rebuilds them from bronze's raw records, so old readings get the new column too."""
+    lake.use("warehouse_sensors_v3", sensors_hop_size="20 minutes")
+    lake.send(2, doors=True)
+    failed = {name: e for name, e in lake.run().items() if e is not None}
+    assert set(failed) == {"silver_readings", "gold_zone_climate_per_minute", "gold_device_temperature_hopping",
+                           "gold_events_per_minute"}
+    assert "(the events it parses have another schema)" in str(failed["silver_readings"])
+    assert ("(the events behind silver_readings have another schema; its transform or declaration changed)"
+            in str(failed["gold_zone_climate_per_minute"]))
+    assert "(the events behind silver_readings have another schema)" in str(failed["gold_events_per_minute"])
+
+    out = lake.refresh("silver_readings", capsys, "--downstream")
+    assert "silver_readings: the events it parses have another schema" in out
+    readings = {e["event_id"]: e for t, e in lake.sent if t == "warehouse.readings.v1"}
+    assert {r.event_id: r.battery_pct for r in lake.read("silver_readings").collect()} == {
+        i: e["battery_pct"] for i, e in readings.items()}
+    assert {r.zone for r in lake.read("gold_zone_climate_per_minute").collect()} == {"ZONE-A"}
+
+    lake.send(2, doors=True)
+    assert set(lake.run().values()) == {None}
+    readings = {e["event_id"]: e for t, e in lake.sent if t == "warehouse.readings.v1"}
+    silver = lake.read("silver_readings")
+    assert silver.count() == silver.select("partition", "offset").distinct().count() == len(readings)
+    assert table_counts(lake) == events_by_minute(lake.sent)
