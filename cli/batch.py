@@ -171,67 +171,33 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def upstream_of(flow, flows) -> list:
-    """The flows whose tables `flow` reads, directly or through others, in run order."""
-    by_target = {f.target.name: f for f in flows}
-    wanted: set[str] = set()
-    todo = [s.name for s in (*flow.sources, *flow.lookups)]
-    while todo:
-        name = todo.pop()
-        if name in by_target and name not in wanted:
-            wanted.add(name)
-            todo += [s.name for s in (*by_target[name].sources, *by_target[name].lookups)]
-    return [f for f in flows if f.target.name in wanted]
-
-
 def cmd_refresh(settings: Settings, args: argparse.Namespace) -> int:
-    from lakehouse.batch.lineage import flow_for, with_downstream
-    from lakehouse.batch.replay import BadReplay, StartingPoint, compare, replay, swap
+    from lakehouse.batch.lineage import flow_for
+    from lakehouse.batch.refresh import plan, refresh
     from lakehouse.infra.spark import get_spark
     from lakehouse.orchestration.sql import format_table
-    from lakehouse.schemas.topics import TopicSpec
-    from lakehouse.streaming import flows as registry
-    from lakehouse.streaming.fingerprints import changed
-    from lakehouse.streaming.lake_files import has_delta_log
-    from lakehouse.streaming.runner import run_flow, table_version
 
-    flows = list(registry.FLOWS)
-    root = flow_for(args.table, flows)
-    if isinstance(root.source, TopicSpec):
-        raise BadReplay(f"{args.table} holds the topic's records as they are, with nothing to recompute; to read the "
-                        f"topic again use `lakehouse replay {args.table} --from-offsets ...`.")
+    flow_for(args.table)   # an unknown table is named before Spark starts
     ctx = _flow_context(settings)
     spark = get_spark(settings, "lakehouse-refresh")
-    readers = [f for f in with_downstream([args.table], flows)[1:] if has_delta_log(spark, f.target.path(ctx.lake_root))]
-    if readers and not args.downstream:
-        raise BadReplay(f"{args.table} is read by {', '.join(f.target.name for f in readers)}: add --downstream to "
-                        "rebuild them with it (a rewritten table stops the streams that read it).")
-    chosen = with_downstream([args.table], flows) if args.downstream else [root]
-    for flow in chosen:
-        how = changed(spark, flow, ctx)
-        print(f"{flow.target.name}: {'; '.join(how) if how else 'its definition is unchanged'}", file=sys.stderr)
-    # Its inputs first brought up to date by their own streams, so the rebuild reads all that the log holds.
-    for flow in upstream_of(root, flows):
-        run_flow(spark, flow, ctx)
-    before = {f.target.name: table_version(spark, f.target.path(ctx.lake_root)) for f in chosen}
-    print(f"Refreshing {args.table}{' and everything downstream' if args.downstream else ''} ({len(chosen)} "
-          f"table{'s' if len(chosen) != 1 else ''}) from the whole of its inputs as they are now", file=sys.stderr)
-    with Bar("lakehouse.batch.replay", len(chosen)):
-        shadow, rebuilt = replay(spark, ctx, args.table, StartingPoint(latest=True), downstream=args.downstream)
-    compare(spark, ctx, shadow, rebuilt)
-    swap(spark, ctx, shadow, rebuilt)
-    shadow.drop()
-    rows = [(r.table, r.diff.stream_rows if r.diff else 0, r.rows, "-" if before.get(r.table) is None
-             else before[r.table], r.swapped_version,
+    n = len(plan(spark, ctx, args.table, downstream=args.downstream))
+    print(f"Refreshing {args.table}{' and everything downstream' if args.downstream else ''} ({n} table"
+          f"{'s' if n != 1 else ''}) from the whole of its inputs as they are now", file=sys.stderr)
+    with Bar("lakehouse.batch.replay", n):
+        done = refresh(spark, ctx, args.table, downstream=args.downstream)
+    for name, how in done.changes.items():
+        print(f"{name}: {'; '.join(how) if how else 'its definition is unchanged'}")
+    rows = [(r.table, r.diff.stream_rows if r.diff else 0, r.rows,
+             "-" if done.versions_before.get(r.table) is None else done.versions_before[r.table], r.swapped_version,
              ", ".join(f"{name} v{pos['version']}" for name, pos in sorted(r.positions.items())) or "-")
-            for r in rebuilt]
+            for r in done.replayed]
     print(format_table(("table", "rows before", "rows after", "version before", "version now", "its stream resumes from"),
                        rows))
-    for r in rebuilt:
-        old = before.get(r.table)
+    for r in done.replayed:
+        old = done.versions_before.get(r.table)
         print(f"{r.table}: rebuilt and swapped in at version {r.swapped_version}; its stream resumes where the rebuild "
-              f"ended, on a new checkpoint" + (f" (the old rows stay readable with VERSION AS OF {old})." if old is not None
-                                                else "."))
+              f"ended, on a new checkpoint" + (f" (the old rows stay readable with VERSION AS OF {old})."
+                                                if old is not None else "."))
     return 0
 
 

@@ -15,6 +15,7 @@ from lakehouse.orchestration.checks import build_checks
 from lakehouse.orchestration.maintenance import build_maintenance
 from lakehouse.orchestration.quality_checks import build_table_checks
 from lakehouse.orchestration.partitions import daily, is_partitioned
+from lakehouse.orchestration.refresh import refresh_job
 from lakehouse.orchestration.resources import build_resources
 from lakehouse.orchestration.streams import build_stream_checks, build_stream_sensor
 from lakehouse.streaming import flows as flow_registry
@@ -65,7 +66,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         asset_checks=[*build_checks(), *maintenance["asset_checks"], *quality["asset_checks"],
                       *build_stream_checks()],
         resources=build_resources(settings),
-        jobs=[catch_up_job, backfill_job, *maintenance["jobs"], *quality["jobs"]],
+        jobs=[catch_up_job, backfill_job, refresh_job, *maintenance["jobs"], *quality["jobs"]],
         schedules=[nightly_reconciliation, *maintenance["schedules"], *quality["schedules"]],
         # lakehouse stream reports its tables; this sensor observes topics and the streams' freshness and lag.
         sensors=[build_stream_sensor()],

@@ -174,8 +174,17 @@ def test_a_changed_window_size_is_named_and_refreshed(lake, capsys):
     assert ("gold_device_temperature_hopping is defined differently since its stream last ran "
             "(LAKEHOUSE_SENSORS_HOP_SIZE was 10 minutes, is 20 minutes): run `lakehouse refresh") in capsys.readouterr().out
 
-    out = lake.refresh("gold_device_temperature_hopping", capsys)
-    assert "LAKEHOUSE_SENSORS_HOP_SIZE was 10 minutes, is 20 minutes" in out
+    # From the Dagster UI: the refresh job, its table given in the launchpad's config.
+    from lakehouse.infra.settings import Settings
+    from lakehouse.orchestration.location import build_definitions
+
+    job = build_definitions(Settings.from_env()).get_job_def("refresh")
+    result = job.execute_in_process(run_config={"ops": {"refresh_table": {"config": {
+        "table": "gold_device_temperature_hopping"}}}})
+    assert result.success
+    [event] = [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
+    meta = event.event_specific_data.materialization.metadata
+    assert meta["refreshed_because"].value == "LAKEHOUSE_SENSORS_HOP_SIZE was 10 minutes, is 20 minutes"
     rows = lake.read("gold_device_temperature_hopping").collect()
     assert rows and {r.window_end - r.window_start for r in rows} == {timedelta(minutes=20)}
     readings = {e["event_id"]: e for t, e in lake.sent if t == "warehouse.readings.v1"}
