@@ -15,6 +15,9 @@ from typing import Any, Callable, Mapping
 from lakehouse.schemas.pipeline import Param, PipelineError
 from lakehouse.schemas.tables import TableSpec
 
+# What the rows of a table with a watermark must keep: late ones are listed in late_arrivals with them.
+LINEAGE = ("event_id", "occurred_at", "topic", "partition", "offset", "appended_at", "ingested_at")
+
 # Aggregates whose partial results over disjoint sets of rows merge exactly, and how: the partial column's merge.
 MERGEABLE = ("count", "count_if", "sum", "min", "max", "avg")
 

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.schemas import tables
-from lakehouse.schemas.pipeline import Pipeline, active_pipeline
+from lakehouse.schemas.pipeline import Pipeline, PipelineError, active_pipeline
 from lakehouse.schemas.events import EventSchema
 from lakehouse.schemas.sources import Source
 from lakehouse.schemas.tables import TableSpec
@@ -21,7 +21,7 @@ from lakehouse.streaming.silver_batches import SilverWriter
 from lakehouse.streaming.dimension_batches import DimensionWriter
 from lakehouse.streaming.transforms.dimensions import to_dimension_changes
 from lakehouse.streaming.transforms.bronze import to_bronze
-from lakehouse.schemas.gold import Custom, Enriched, Gold, Recomputed, Windowed
+from lakehouse.schemas.gold import LINEAGE, Custom, Enriched, Gold, Recomputed, Windowed
 from lakehouse.streaming.gold_batches import (
     EventTimeWriter, RecomputeWriter, StepFunction, UpsertWriter, add_partials, merge_partials,
 )
@@ -236,7 +236,7 @@ def _flow_of(gold: Gold) -> Flow:
     reads = tuple(source.silver_table for source in gold.reads)
     source = reads[0] if len(reads) == 1 else reads
     lookups = tuple(source.dimension_table for source in gold.lookups)
-    rows = gold.rows or passthrough
+    rows = _keeping_lineage(gold) if gold.rows is not None else passthrough
     kind, spec = gold.kind, gold.spec
     if isinstance(kind, Windowed):
         return stateful(gold.name, source, spec, _windowed_aggregate(gold), step=_windowed_step(gold),
@@ -253,6 +253,18 @@ def _flow_of(gold: Gold) -> Flow:
                           keys=spec.keys, bucket_column=kind.bucket_column, bucket_width=kind.bucket_width,
                           event_time=kind.time, description=gold.description, version=gold.version)
     raise TypeError(f"gold table {gold.name}: unknown kind {type(kind).__name__}")
+
+
+def _keeping_lineage(gold: Gold) -> Callable[..., DataFrame]:
+    """The table's `rows`, refused in one sentence when they drop what late rows are listed with."""
+    def rows(*dfs: DataFrame) -> DataFrame:
+        out = gold.rows(*dfs)
+        missing = [c for c in LINEAGE if c not in out.columns]
+        if missing and isinstance(gold.kind, (Windowed, Custom)):
+            raise PipelineError(f"gold table {gold.name}: its rows drop {', '.join(missing)}, which an event behind "
+                                "the watermark is listed with in late_arrivals; keep them in what `rows` returns.")
+        return out
+    return rows
 
 
 def _with_transform(gold: Gold, after: Callable[..., DataFrame] | None) -> Callable[..., DataFrame]:

@@ -11,10 +11,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
+from lakehouse.schemas.gold import LINEAGE
 from lakehouse.streaming.transforms.dimensions import enrich_as_of
 
-# What late_arrivals needs of every row a stateful flow reads: identity, time and Kafka coordinates.
-LINEAGE = ("event_id", "occurred_at", "topic", "partition", "offset", "appended_at", "ingested_at")
 
 
 def to_product_page_views(page_views: DataFrame) -> DataFrame:

@@ -2,7 +2,7 @@
 
 The engine is pointed at `tests/pipelines/warehouse_sensors` by LAKEHOUSE_PIPELINE alone. Readings are sent
 to the real broker in waves (out of order, duplicated, some far behind the gold watermark), a device moves to
-another zone between waves, and every flow catches up in many micro-batches (one silver commit per gold batch).
+another zone between waves, and every flow catches up in several micro-batches (one silver commit per gold batch).
 Gold is compared with plain Python over the events sent: the declared average, minimum, maximum, counts and sum
 per window, the zone as of each reading's time, and the hopping windows whose size is the pipeline's parameter.
 """
@@ -47,7 +47,7 @@ def sensors(spark, broker, tmp_path_factory):
         ensure_topics(broker.kafka_bootstrap, topics.ALL)
         ctx = FlowContext(
             lake_root=str(tmp_path_factory.mktemp("sensors-lake")), kafka_bootstrap=broker.kafka_bootstrap,
-            max_offsets_per_trigger=15, max_files_per_trigger=1, gold_watermark="10 minutes",
+            max_offsets_per_trigger=40, max_files_per_trigger=1, gold_watermark="10 minutes",
             silver_dedup_watermark="1 day", params=pipeline.param_values({}),
         )
         rng = random.Random(5)
@@ -121,7 +121,7 @@ def test_the_engine_runs_the_pipeline_it_is_pointed_at(sensors):
                                              "gold_zone_climate_per_minute", "gold_readings_placed"}
     assert not any("orders" in f.name for f in flows.FLOWS)
     climate = runs["gold_zone_climate_per_minute"]
-    assert sum(r.batches for r in climate) > 2 * WAVES
+    assert sum(r.batches for r in climate) > WAVES
     assert sum(r.gold.late for r in climate) >= 5
 
 

@@ -176,8 +176,7 @@ def test_whole_table_rules_find_a_lost_record_an_orphan_payment_and_stale_data(s
     """Accounting holds after a run and breaks when a silver row vanishes; an orphan payment warns; freshness by age."""
     from delta.tables import DeltaTable
 
-    from lakehouse.quality.table_checks import freshness, gold_accounting, payment_references, silver_accounting
-    from lakehouse.schemas import sources
+    from lakehouse.quality.table_checks import freshness, gold_accounting, references, silver_accounting
 
     ctx = gated(tmp_path, kafka.kafka_bootstrap)
     orders = [order(f"a-{i}", START + timedelta(seconds=i)) for i in range(6)]
@@ -195,8 +194,10 @@ def test_whole_table_rules_find_a_lost_record_an_orphan_payment_and_stale_data(s
         {"bronze": 9, "silver": 6, "quarantine": 1, "duplicates": 2, "unaccounted": 0}
     assert gold_accounting(spark, "gold_revenue_per_minute", lake).passed
 
-    refs = payment_references(spark, lake)
-    assert (refs.passed, refs.figures["without_order"], refs.severity) == (False, 1, "warn")
+    [rule] = shop.PIPELINE.references
+    refs = references(spark, rule, lake)
+    assert (refs.passed, refs.figures["orphans"], refs.figures["rows"], refs.severity) == (False, 1, 1, "warn")
+    assert refs.description == "1 of 1 rows of silver_payments refer to a order_id silver_orders does not hold, e.g. pay-1"
 
     DeltaTable.forPath(spark, shop.ORDERS.silver_table.path(lake)).delete("event_id = 'a-3'")
     after = silver_accounting(spark, shop.ORDERS, lake)

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import DoubleType, IntegerType, StringType
 
 from lakehouse.quality.suites import between, not_null
-from lakehouse.schemas.gold import Enriched, Gold, Windowed, avg_of, count, count_if, max_of, min_of, sum_of
+from lakehouse.schemas.gold import LINEAGE, Enriched, Gold, Windowed, avg_of, count, count_if, max_of, min_of, sum_of
 from lakehouse.schemas.pipeline import Demo, Param, Pipeline
 from lakehouse.schemas.sources import Dimension, Source, column, envelope
 from lakehouse.streaming.transforms.dimensions import enrich_as_of
@@ -69,10 +69,10 @@ EVENT_SOURCES = (READINGS,)
 
 
 def to_events(*silvers: DataFrame) -> DataFrame:
-    """Every event of the sources read, as one stream: its topic, id and time."""
-    out = silvers[0].select("topic", "event_id", "occurred_at")
+    """Every event of the sources read, as one stream: its id, time and Kafka coordinates."""
+    out = silvers[0].select(*LINEAGE)
     for more in silvers[1:]:
-        out = out.unionByName(more.select("topic", "event_id", "occurred_at"))
+        out = out.unionByName(more.select(*LINEAGE))
     return out
 
 
