@@ -23,7 +23,7 @@ from lakehouse.streaming.transforms.dimensions import to_dimension_changes
 from lakehouse.streaming.transforms.bronze import to_bronze
 from lakehouse.schemas.gold import LINEAGE, Custom, Enriched, Gold, Recomputed, Windowed
 from lakehouse.streaming.gold_batches import (
-    EventTimeWriter, RecomputeWriter, StepFunction, UpsertWriter, add_partials, merge_partials,
+    EventTimeWriter, RecomputeWriter, StepFunction, UpsertWriter, merge_partials,
 )
 from lakehouse.streaming.transforms.windows import window_partials
 from lakehouse.streaming.transforms.silver import parse_events
@@ -200,11 +200,6 @@ def enriched(name: str, source: TableSpec, target: TableSpec, compute: Callable[
 
     return Flow(name, source, target, passthrough, output="batch", writer=writer, aggregate=compute, lookups=lookups,
                 description=description, version=version)
-
-
-def windowed_sums(keys: tuple[str, ...], sums: tuple[str, ...]) -> Callable[[FlowContext], StepFunction]:
-    """The step of a window flow whose partial aggregates are sums and counts: added to the matching rows."""
-    return lambda ctx: add_partials(keys, sums)
 
 
 def recomputed(name: str, sources_: tuple[TableSpec, ...], target: TableSpec, *, narrow: Callable[..., DataFrame],

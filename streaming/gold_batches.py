@@ -229,15 +229,6 @@ def on_keys(keys: tuple[str, ...]) -> str:
     return " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
 
 
-def add_partials(keys: tuple[str, ...], sums: tuple[str, ...]) -> StepFunction:
-    """A step that adds a batch's partial aggregates (sums and counts) to the matching rows of its table."""
-
-    def step(partials: DataFrame, at: Step) -> int:
-        return at.merge(partials, keys=keys, matched={c: f"t.`{c}` + s.`{c}`" for c in sums}, closes_batch=True)
-
-    return step
-
-
 def merge_partials(kind: "Windowed", keys: tuple[str, ...]) -> StepFunction:
     """A window flow's step: the batch's partial aggregates merged into its table as the declaration says
     (`merge_expressions`), in one MERGE that also commits the batch's watermark."""
