@@ -62,21 +62,24 @@ def _write(df: DataFrame, path: str, partition_by: tuple[str, ...] = (), *, mode
 
 def _gold(ctx) -> dict[str, Callable[[Callable[[str], DataFrame]], DataFrame]]:
     """Gold table name -> its computation over whole inputs (`read(table name)`), by the project's pure transforms."""
-    from lakehouse.streaming import flows
     from lakehouse.streaming.context import duration_micros
     from lakehouse.pipelines.shop import transforms as gold
+    from lakehouse.streaming.transforms.sequences import merge_sessions, session_intervals, sliding_count
 
     orders = lambda read: read("silver_orders")             # noqa: E731
     views = lambda read: read("silver_page_views")          # noqa: E731
 
     def velocity(read):
-        new = orders(read).select("order_id", "customer_id", F.col("occurred_at").alias("ordered_at"), "event_id")
-        return gold.to_order_velocity(new, window_micros=duration_micros(ctx.params["sliding_window"]), threshold=ctx.params["sliding_threshold"])
+        return sliding_count(gold.to_timed_orders(orders(read)), by=["customer_id"], time="ordered_at",
+                             window_micros=duration_micros(ctx.params["sliding_window"]), count="orders_before",
+                             flag="flagged", threshold=ctx.params["sliding_threshold"])
 
     def sessions(read):
-        activity = gold.to_activity_intervals(gold.to_activity_events(views(read), orders(read)))
-        return gold.to_sessions(activity, gap_micros=duration_micros(ctx.params["session_gap"])) \
-            .withColumn("ended_in_order", F.col("orders") > 0)
+        counts = {"page_views": "kind = 'page_view'", "orders": "kind = 'order'"}
+        activity = session_intervals(gold.to_activity_events(views(read), orders(read)), by=["customer_id"],
+                                     time="occurred_at", counts=counts)
+        return merge_sessions(activity, by=["customer_id"], gap_micros=duration_micros(ctx.params["session_gap"]),
+                              counts=list(counts)).withColumn("ended_in_order", F.col("orders") > 0)
 
     def order_payments(read):
         o = orders(read).select("order_id", "customer_id", "total_cents", "currency",

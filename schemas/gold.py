@@ -3,8 +3,10 @@
 A windowed gold table is declared as its aggregates (`count`, `count_if`, `sum`, `min`, `max`, `avg`); the
 engine derives how partial results of micro-batches merge (sums and counts add, minima and maxima take the
 least and greatest, an average keeps its sum and count and divides) and refuses, when the pipeline loads,
-an aggregate that cannot be merged exactly. Other kinds (sessions, sliding counts, joins, as-of enrichment,
-recomputed buckets) carry their own parameters; `Custom` takes a per-batch step for what no kind covers.
+an aggregate that cannot be merged exactly. The other kinds carry their own parameters: `Sliding` (a per-row
+count over a look-back), `Sessions`, `IntervalJoin` (a stream-stream outer join within a time bound), `Enriched`
+(as of each row's time) and `Recomputed` (buckets of figures that cannot merge); `Custom` takes a per-batch
+step for what no kind covers.
 """
 
 from __future__ import annotations
@@ -85,6 +87,53 @@ class Windowed:
 
 
 @dataclass(frozen=True)
+class Sliding:
+    """Per row: how many earlier rows of the same `by` fall in the look-back `window` before it, flagged at `flag_at`.
+
+    A row of a later batch that falls into an earlier row's look-back recounts that row, so the counts are
+    those of a count over the whole stream."""
+
+    window: str | Param                       # the look-back, "30 minutes" or a Param
+    by: tuple[str, ...]                       # whose rows are counted together (a customer, a device)
+    count: str = "rows_before"                # the column holding the count
+    flag_at: int | Param | None = None        # flag rows whose count reaches this
+    flag: str = "flagged"                     # the flag's column
+    time: str = "occurred_at"                 # the time of the rows the transform gives
+
+    def check(self, table: str, keys: tuple[str, ...]) -> None:
+        if not keys:
+            raise PipelineError(f"gold table {table}: a sliding count is one row per input row; declare the keys "
+                                "that name a row (an order id).")
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """Session windows per `by`: rows less than `gap` apart in one session, with counts of rows meeting `counts`.
+
+    Columns: `by`, session_start, session_end, each count, each `then` column (Spark SQL over the session's
+    columns), and `closed` once the watermark has passed the session's end by the gap (it can no longer grow)."""
+
+    gap: str | Param
+    by: tuple[str, ...]
+    counts: Mapping[str, str]                 # column -> condition (Spark SQL over a row) counted per session
+    then: Mapping[str, str] = field(default_factory=dict)   # column -> Spark SQL over the session's columns
+    time: str = "occurred_at"
+
+
+@dataclass(frozen=True)
+class IntervalJoin:
+    """A full outer join of the table's two reads on `on`, a right row matching when it is at most `within` after
+    its left row. Pairs are emitted as `outcomes[0]`; a left row no right row matched once the watermark passed
+    its time + `within`, as `outcomes[1]`; a right row once the watermark passed its time, as `outcomes[2]`.
+    `columns` are Spark SQL over `l` and `r`, the two rows (the missing side is NULL)."""
+
+    on: tuple[str, ...]
+    within: str | Param
+    columns: Mapping[str, str]
+    outcomes: tuple[str, str, str] = ("matched", "left_only", "right_only")
+
+
+@dataclass(frozen=True)
 class Custom:
     """A stateful kind the engine does not offer: `step(ctx)` builds the per-batch step that merges on-time rows."""
 
@@ -112,7 +161,7 @@ class Recomputed:
     time: str = "occurred_at"
 
 
-Kind = Windowed | Custom | Enriched | Recomputed
+Kind = Windowed | Sliding | Sessions | IntervalJoin | Custom | Enriched | Recomputed
 
 
 @dataclass(frozen=True)
@@ -125,7 +174,8 @@ class Gold:
     reads: tuple[Any, ...]                    # Sources (their silver tables), in the order the transform takes them
     kind: Kind
     rows: Callable[..., Any] | None = None    # pure, on the stream: the rows it is computed from (a filter, a
-                                              # projection; for several reads, their union as one stream)
+                                              # projection; for several reads, their union as one stream;
+                                              # for an interval join, the two sides narrowed, as a pair)
     transform: Callable[..., Any] | None = None   # pure, per batch of on-time rows, before the kind's aggregation;
                                                   # takes each lookup's dimension table as a keyword (dim_<entity>)
     keys: tuple[str, ...] = ()                # derived for Windowed: window_start, then `by`
@@ -136,7 +186,7 @@ class Gold:
     keys_not_null: bool = True                # its suite requires its keys present (an outer join's may be NULL)
     example: str = ""                         # a query a person would type, shown by the demo
     version: int = 1                          # bump when the flow changes incompatibly: a fresh checkpoint
-    uses: tuple[Param, ...] = ()              # the pipeline parameters a Custom step reads (its fingerprint has them)
+    uses: tuple[Param, ...] = ()              # the pipeline parameters a Custom step or a transform reads
     extra: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -144,7 +194,12 @@ class Gold:
             raise PipelineError(f"gold table {self.name}: name it gold_<mart>.")
         if isinstance(self.kind, Windowed):
             self.kind.check(self.name)
-        if len(self.reads) > 1 and self.rows is None:
+        if isinstance(self.kind, Sliding):
+            self.kind.check(self.name, self.keys)
+        if isinstance(self.kind, IntervalJoin) and len(self.reads) != 2:
+            raise PipelineError(f"gold table {self.name}: an interval join reads two sources, the left first; it "
+                                f"reads {len(self.reads)}.")
+        if len(self.reads) > 1 and self.rows is None and not isinstance(self.kind, IntervalJoin):
             raise PipelineError(f"gold table {self.name} reads {len(self.reads)} sources: declare `rows`, the function "
                                 "that makes them one stream.")
         if not self.table_keys:
@@ -154,6 +209,8 @@ class Gold:
     def table_keys(self) -> tuple[str, ...]:
         if isinstance(self.kind, Windowed):
             return ("window_start", *self.kind.by)
+        if isinstance(self.kind, Sessions):
+            return (*self.kind.by, "session_start")
         return self.keys
 
     @property
@@ -161,13 +218,14 @@ class Gold:
         windowed = isinstance(self.kind, Windowed)
         return TableSpec(
             self.name, "gold", self.description, self.table_keys,
-            time_range=("window_start", "window_end") if windowed and self.time_range is None else self.time_range,
+            time_range=self.time_range or (("window_start", "window_end") if windowed else
+                                           ("session_start", "session_end") if isinstance(self.kind, Sessions) else None),
             zorder_by=self.zorder_by or (("window_start",) if windowed else ()), question=self.question,
         )
 
     def params(self) -> tuple[Param, ...]:
         """The Params its kind names (a window's size or slide) and those it `uses`."""
-        found = [getattr(self.kind, name, None) for name in ("size", "slide")]
+        found = [getattr(self.kind, name, None) for name in ("size", "slide", "window", "flag_at", "gap", "within")]
         return tuple(p for p in found if isinstance(p, Param)) + self.uses
 
 

@@ -21,10 +21,14 @@ from lakehouse.streaming.silver_batches import SilverWriter
 from lakehouse.streaming.dimension_batches import DimensionWriter
 from lakehouse.streaming.transforms.dimensions import to_dimension_changes
 from lakehouse.streaming.transforms.bronze import to_bronze
-from lakehouse.schemas.gold import LINEAGE, Custom, Enriched, Gold, Recomputed, Windowed
+from lakehouse.schemas.gold import (
+    LINEAGE, Custom, Enriched, Gold, IntervalJoin, Recomputed, Sessions, Sliding, Windowed, resolve,
+)
 from lakehouse.streaming.gold_batches import (
     EventTimeWriter, RecomputeWriter, StepFunction, UpsertWriter, merge_partials,
 )
+from lakehouse.streaming.gold_steps import interval_join_step, join_state_rows, sessions_step, sliding_step
+from lakehouse.streaming.transforms.sequences import join_sides
 from lakehouse.streaming.transforms.windows import window_partials
 from lakehouse.streaming.transforms.silver import parse_events
 from lakehouse.streaming.lake_files import has_delta_log
@@ -236,6 +240,11 @@ def _flow_of(gold: Gold) -> Flow:
     if isinstance(kind, Windowed):
         return stateful(gold.name, source, spec, _windowed_aggregate(gold), step=_windowed_step(gold),
                         params=lambda ctx: {"params": dict(ctx.params)}, transform=rows, version=gold.version, lookups=lookups, description=gold.description)
+    if isinstance(kind, (Sliding, Sessions, IntervalJoin)):
+        transform = _join_rows(gold) if isinstance(kind, IntervalJoin) else rows
+        return stateful(gold.name, source, spec, _with_transform(gold, None), step=_sequence_step(gold),
+                        transform=transform, state_rows=join_state_rows if isinstance(kind, IntervalJoin) else None,
+                        version=gold.version, lookups=lookups, description=gold.description)
     if isinstance(kind, Custom):
         return stateful(gold.name, source, spec, _with_transform(gold, kind.aggregate), step=kind.step,
                         params=kind.params, transform=rows, state_rows=kind.state_rows, version=gold.version,
@@ -250,12 +259,38 @@ def _flow_of(gold: Gold) -> Flow:
     raise TypeError(f"gold table {gold.name}: unknown kind {type(kind).__name__}")
 
 
+def _sequence_step(gold: Gold) -> Callable[[FlowContext], StepFunction]:
+    """The step of a sliding count, sessions or an interval join, with its parameters' values in force."""
+    kind, keys = gold.kind, gold.table_keys
+
+    def step(ctx: FlowContext) -> StepFunction:
+        def micros(value: object) -> int:
+            return duration_micros(str(resolve(value, ctx.params)))
+        if isinstance(kind, Sliding):
+            threshold = resolve(kind.flag_at, ctx.params)
+            return sliding_step(kind, keys, window_micros=micros(kind.window),
+                                threshold=None if threshold is None else int(threshold))
+        if isinstance(kind, Sessions):
+            return sessions_step(kind, gap_micros=micros(kind.gap))
+        return interval_join_step(kind, keys, within_micros=micros(kind.within))
+    return step
+
+
+def _join_rows(gold: Gold) -> Callable[..., DataFrame]:
+    """An interval join's two reads as one stream (after each side's `rows`, if declared, narrowed it)."""
+    def rows(left: DataFrame, right: DataFrame) -> DataFrame:
+        if gold.rows is not None:
+            left, right = gold.rows(left, right)
+        return join_sides(left, right, on=gold.kind.on, lineage=LINEAGE)
+    return rows
+
+
 def _keeping_lineage(gold: Gold) -> Callable[..., DataFrame]:
     """The table's `rows`, refused in one sentence when they drop what late rows are listed with."""
     def rows(*dfs: DataFrame) -> DataFrame:
         out = gold.rows(*dfs)
         missing = [c for c in LINEAGE if c not in out.columns]
-        if missing and isinstance(gold.kind, (Windowed, Custom)):
+        if missing and isinstance(gold.kind, (Windowed, Sliding, Sessions, Custom)):
             raise PipelineError(f"gold table {gold.name}: its rows drop {', '.join(missing)}, which an event behind "
                                 "the watermark is listed with in late_arrivals; keep them in what `rows` returns.")
         return out

@@ -1,9 +1,8 @@
 """The shop: page views, orders, payments and the product and customer changelogs, with ten gold tables.
 
 The project's default pipeline (LAKEHOUSE_PIPELINE=lakehouse.pipelines.shop), and an example of a pipeline
-package: sources (`sources.py`), gold tables declared once each (`gold.py`, their transforms in `transforms.py`,
-the steps of the kinds the engine does not offer yet in `steps.py`), silver value rules (`rules.py`) and demo data
-(`generator.py`), gathered in PIPELINE below.
+package: sources (`sources.py`), gold tables declared once each (`gold.py`, their transforms in `transforms.py`),
+silver value rules (`rules.py`) and demo data (`generator.py`), gathered in PIPELINE below.
 """
 
 from __future__ import annotations

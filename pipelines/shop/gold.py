@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from lakehouse.quality.suites import Expectation, between, in_set, not_null
-from lakehouse.schemas.gold import Custom, Enriched, Gold, Recomputed, Windowed, count, count_if, sum_of
+from lakehouse.schemas.gold import (
+    Enriched, Gold, IntervalJoin, Recomputed, Sessions, Sliding, Windowed, count, count_if, sum_of,
+)
 from lakehouse.schemas.pipeline import Param
 from lakehouse.pipelines.shop import transforms as t
 from lakehouse.pipelines.shop.sources import CURRENCIES, CUSTOMERS, ORDERS, PAGE_VIEWS, PAYMENTS, PRODUCTS, SOURCES
@@ -25,34 +27,13 @@ def _non_negative(*columns: str) -> list[Expectation]:
     return [between(c, 0, None) for c in columns]
 
 
-def _micros(ctx, param: Param) -> int:
-    from lakehouse.streaming.context import duration_micros
-
-    return duration_micros(ctx.params[param.name])
-
-
-def _sliding(ctx):
-    from lakehouse.pipelines.shop.steps import sliding_counts
-
-    return sliding_counts(window_micros=_micros(ctx, SLIDING_WINDOW), threshold=ctx.params[SLIDING_THRESHOLD.name])
-
-
-def _sessions(ctx):
-    from lakehouse.pipelines.shop.steps import session_windows
-
-    return session_windows(gap_micros=_micros(ctx, SESSION_GAP))
-
-
-def _join(ctx):
-    from lakehouse.pipelines.shop.steps import interval_join
-
-    return interval_join(within_micros=_micros(ctx, PAYMENT_WITHIN))
-
-
-def _join_state_rows(spark, state_root: str) -> int:
-    from lakehouse.pipelines.shop.steps import join_state_rows
-
-    return join_state_rows(spark, state_root)
+# An order (l) and its payment (r); an unpaid order has no r, a payment without an order no l.
+PAYMENT_COLUMNS = {
+    "order_id": "coalesce(l.order_id, r.order_id)", "customer_id": "coalesce(l.customer_id, r.customer_id)",
+    "ordered_at": "l.occurred_at", "total_cents": "l.total_cents", "currency": "coalesce(l.currency, r.currency)",
+    "payment_id": "r.payment_id", "paid_at": "r.occurred_at", "amount_cents": "r.amount_cents",
+    "payment_status": "r.status",
+}
 
 
 def _session_rules() -> list[Expectation]:
@@ -110,8 +91,9 @@ GOLD = (
         "Each order with the number of orders its customer placed in the sliding look-back before it, flagged at "
         "the threshold.",
         "Which customers order unusually often (how many orders in the 30 minutes before each order)?",
-        reads=(ORDERS,), kind=Custom(step=_sliding, defined_by=t.to_order_velocity), keys=("order_id",),
-        uses=(SLIDING_WINDOW, SLIDING_THRESHOLD),
+        reads=(ORDERS,), transform=t.to_timed_orders, keys=("order_id",),
+        kind=Sliding(window=SLIDING_WINDOW, by=("customer_id",), time="ordered_at", count="orders_before",
+                     flag_at=SLIDING_THRESHOLD),
         time_range=("ordered_at", "ordered_at"), zorder_by=("customer_id", "ordered_at"),
         expectations=lambda: [*_non_negative("orders_before"), *not_null("customer_id", "ordered_at")],
         example="SELECT customer_id, count(*) AS orders, max(orders_before) AS most_in_look_back, "
@@ -124,8 +106,10 @@ GOLD = (
         "it ended in an order.",
         "How long do shoppers browse, how many pages do they see, and which sessions end in an order?",
         reads=(PAGE_VIEWS, ORDERS), rows=t.to_activity_events,
-        kind=Custom(step=_sessions, defined_by=t.to_sessions), keys=("customer_id", "session_start"), uses=(SESSION_GAP,),
-        time_range=("session_start", "session_end"), zorder_by=("customer_id", "session_start"),
+        kind=Sessions(gap=SESSION_GAP, by=("customer_id",),
+                      counts={"page_views": "kind = 'page_view'", "orders": "kind = 'order'"},
+                      then={"ended_in_order": "orders > 0"}),
+        zorder_by=("customer_id", "session_start"),
         expectations=_session_rules,
         example="SELECT ended_in_order, count(*) AS sessions, round(avg(page_views), 1) AS avg_pages, "
                 "round(avg(timestampdiff(SECOND, session_start, session_end)) / 60, 1) AS avg_minutes, "
@@ -193,8 +177,9 @@ GOLD = (
         "Orders joined with their payments within LAKEHOUSE_PAYMENT_WITHIN: matched pairs, unpaid orders, payments "
         "without an order.",
         "Which orders were paid within 30 minutes, which went unpaid, and which payments match no order?",
-        reads=(ORDERS, PAYMENTS), rows=t.to_order_payment_events,
-        kind=Custom(step=_join, state_rows=_join_state_rows), keys=("order_id", "payment_id"), uses=(PAYMENT_WITHIN,),
+        reads=(ORDERS, PAYMENTS), keys=("order_id", "payment_id"),
+        kind=IntervalJoin(on=("order_id",), within=PAYMENT_WITHIN, columns=PAYMENT_COLUMNS,
+                          outcomes=("matched", "unpaid", "payment_without_order")),
         time_range=("ordered_at", "paid_at"), zorder_by=("ordered_at",),
         expectations=lambda: [*not_null("order_id", "outcome"),
                               in_set("outcome", ("matched", "unpaid", "payment_without_order"), "fail")],

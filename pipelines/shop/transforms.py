@@ -15,45 +15,14 @@ from lakehouse.schemas.gold import LINEAGE
 from lakehouse.streaming.transforms.dimensions import enrich_as_of
 
 
-
 def to_product_page_views(page_views: DataFrame) -> DataFrame:
     """Page views of product pages only (the others name no product)."""
     return page_views.where(F.col("product_id").isNotNull())
 
 
-def to_order_velocity(orders: DataFrame, *, window_micros: int, threshold: int) -> DataFrame:
-    """Sliding, per event: for each order, the same customer's orders in the `window` before it, flagged at `threshold`.
-
-    A true per-event window: each order's own look-back [occurred_at - window, occurred_at), evaluated
-    over every order of the customer it is given (an order at the same instant is not before it).
-    """
-    t = F.unix_micros("ordered_at")
-    look_back = Window.partitionBy("customer_id").orderBy(t).rangeBetween(-window_micros, -1)
-    counted = orders.withColumn("orders_before", F.count(F.lit(1)).over(look_back))
-    return counted.withColumn("flagged", F.col("orders_before") >= F.lit(threshold))
-
-
-def to_sessions(activity: DataFrame, *, gap_micros: int) -> DataFrame:
-    """Session windows: a customer's activity intervals merged wherever the gap between them is under `gap`.
-
-    `activity` rows are intervals (session_start, session_end, page_views, orders): single events, or
-    sessions already in the table. Merging is associative, so the same sessions result in whatever
-    micro-batches the events came.
-    """
-    start, end = F.unix_micros("session_start"), F.unix_micros("session_end")
-    ordered = Window.partitionBy("customer_id").orderBy(start, end)
-    before = ordered.rowsBetween(Window.unboundedPreceding, -1)
-    grouped = (
-        activity.withColumn("_reach", F.max(end).over(before))
-        .withColumn("_new", F.coalesce(start - F.col("_reach") >= F.lit(gap_micros), F.lit(True)).cast("int"))
-        .withColumn("_session", F.sum("_new").over(ordered.rowsBetween(Window.unboundedPreceding, 0)))
-    )
-    return grouped.groupBy("customer_id", "_session").agg(
-        F.min("session_start").alias("session_start"),
-        F.max("session_end").alias("session_end"),
-        F.sum("page_views").alias("page_views"),
-        F.sum("orders").alias("orders"),
-    ).drop("_session")
+def to_timed_orders(orders: DataFrame) -> DataFrame:
+    """Each order by its id, customer and time (`ordered_at`), as the sliding count of orders reads them."""
+    return orders.select("order_id", "customer_id", F.col("occurred_at").alias("ordered_at"), "event_id")
 
 
 def to_activity_events(page_views: DataFrame, orders: DataFrame) -> DataFrame:
@@ -61,31 +30,6 @@ def to_activity_events(page_views: DataFrame, orders: DataFrame) -> DataFrame:
     def side(df: DataFrame, kind: str) -> DataFrame:
         return df.select("customer_id", F.lit(kind).alias("kind"), *LINEAGE)
     return side(page_views, "page_view").unionByName(side(orders, "order"))
-
-
-def to_activity_intervals(activity: DataFrame) -> DataFrame:
-    """Each activity event as a one-instant session interval with its page-view and order counts, as to_sessions takes."""
-    return activity.select(
-        "customer_id",
-        F.col("occurred_at").alias("session_start"),
-        F.col("occurred_at").alias("session_end"),
-        F.when(F.col("kind") == "page_view", 1).otherwise(0).cast("long").alias("page_views"),
-        F.when(F.col("kind") == "order", 1).otherwise(0).cast("long").alias("orders"),
-    )
-
-
-def to_order_payment_events(orders: DataFrame, payments: DataFrame) -> DataFrame:
-    """Orders and payments as one stream, so a join sees both sides under one watermark."""
-    o = orders.select(
-        F.lit("order").alias("side"), "order_id", "customer_id", "total_cents", "currency",
-        F.lit(None).cast("string").alias("payment_id"), F.lit(None).cast("long").alias("amount_cents"),
-        F.lit(None).cast("string").alias("status"), *LINEAGE,
-    )
-    p = payments.select(
-        F.lit("payment").alias("side"), "order_id", "customer_id", F.lit(None).cast("long").alias("total_cents"),
-        "currency", "payment_id", "amount_cents", "status", *LINEAGE,
-    )
-    return o.unionByName(p)
 
 
 # The three hops of an event's trip, each between two of its timestamps.

@@ -28,7 +28,7 @@ from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.delta_log import last_commit
 from lakehouse.streaming.flows import BY_NAME, Flow
 from lakehouse.pipelines.shop.generator import Mix, generate
-from lakehouse.pipelines.shop.steps import join_state_rows
+from lakehouse.streaming.gold_steps import join_state_rows
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.positions import RecordsPositions, commit_metadata, recorded_positions, reset_checkpoint
 from lakehouse.streaming.producer import produce

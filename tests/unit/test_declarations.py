@@ -7,7 +7,9 @@ import textwrap
 
 import pytest
 
-from lakehouse.schemas.gold import Aggregate, Gold, Windowed, avg_of, count, max_of, min_of, sum_of
+from lakehouse.schemas.gold import (
+    Aggregate, Gold, IntervalJoin, Sessions, Sliding, Windowed, avg_of, count, max_of, min_of, sum_of,
+)
 from lakehouse.schemas.pipeline import Param, Pipeline, PipelineError, load_pipeline
 from lakehouse.streaming.transforms.windows import merge_expressions
 
@@ -48,6 +50,27 @@ def test_partials_merge_as_each_aggregate_requires():
 def test_a_gold_table_reading_several_sources_must_say_how_they_become_one_stream():
     with pytest.raises(PipelineError, match="reads 2 sources: declare `rows`"):
         Gold("gold_y", "Y.", "Y?", reads=(SOURCE, SOURCE), kind=Windowed(size="1 minute", aggregates={"n": count()}))
+
+
+def test_the_sequence_kinds_key_their_tables_and_name_their_parameters():
+    """Sessions key on their groups and start; a sliding count needs the key of a row; a join reads two sources."""
+    gap, look_back = Param("gap", "30 minutes", "Gap."), Param("look_back", "1 hour", "Look-back.")
+    sessions = Gold("gold_visits", "Visits.", "How long?", reads=(SOURCE,),
+                    kind=Sessions(gap=gap, by=("visitor",), counts={"views": "true"}))
+    assert sessions.spec.keys == ("visitor", "session_start")
+    assert sessions.spec.time_range == ("session_start", "session_end")
+    assert sessions.params() == (gap,)
+    sliding = Gold("gold_bursts", "Bursts.", "Who?", reads=(SOURCE,), keys=("id",),
+                   kind=Sliding(window=look_back, by=("device",), flag_at=Param("burst", 5, "Burst.", kind="int")))
+    assert [p.name for p in sliding.params()] == ["look_back", "burst"]
+    with pytest.raises(PipelineError, match="gold table gold_bursts: a sliding count is one row per input row"):
+        Gold("gold_bursts", "Bursts.", "Who?", reads=(SOURCE,), kind=Sliding(window="1 hour", by=("device",)))
+    with pytest.raises(PipelineError, match="an interval join reads two sources, the left first; it reads 1"):
+        Gold("gold_pairs", "Pairs.", "Which?", reads=(SOURCE,), keys=("a",),
+             kind=IntervalJoin(on=("a",), within="1 hour", columns={"a": "l.a"}))
+    pair = Gold("gold_pairs", "Pairs.", "Which?", reads=(SOURCE, SOURCE), keys=("a", "b"),
+                kind=IntervalJoin(on=("a",), within=look_back, columns={"a": "l.a", "b": "r.b"}))
+    assert pair.params() == (look_back,)
 
 
 def test_parameters_are_typed_once_and_read_from_the_environment():

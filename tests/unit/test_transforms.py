@@ -26,7 +26,8 @@ from pyspark.testing import assertDataFrameEqual
 
 from lakehouse.streaming.transforms.bronze import to_bronze
 from lakehouse.pipelines.shop.gold import GOLD_BY_NAME
-from lakehouse.pipelines.shop.transforms import to_order_velocity, to_product_page_views, to_sessions
+from lakehouse.pipelines.shop.transforms import to_product_page_views
+from lakehouse.streaming.transforms.sequences import merge_sessions, sliding_count
 from lakehouse.streaming.transforms.windows import windowed_rows
 from lakehouse.pipelines.shop import ORDERS, PAGE_VIEWS
 from lakehouse.streaming.transforms.silver import parse_events, to_quarantine, to_silver
@@ -539,7 +540,8 @@ def test_the_sliding_count_is_per_event_over_the_look_back_before_each_order(spa
               for i in range(80)]
     df = spark.createDataFrame(orders, "order_id string, customer_id string, ordered_at timestamp")
     got = {r.order_id: (r.orders_before, r.flagged)
-           for r in to_order_velocity(df, window_micros=30 * 60 * 10**6, threshold=4).collect()}
+           for r in sliding_count(df, by=["customer_id"], time="ordered_at", window_micros=30 * 60 * 10**6,
+                                 count="orders_before", flag="flagged", threshold=4).collect()}
     expected = {}
     for oid, customer, t in orders:
         n = sum(1 for _, c, u in orders if c == customer and t - timedelta(minutes=30) <= u < t)
@@ -568,13 +570,14 @@ def test_sessions_merge_activity_with_gaps_under_the_gap_whatever_order_it_comes
     schema = "customer_id string, session_start timestamp, session_end timestamp, page_views long, orders long"
     rows = [(c, t, t, int(not o), int(o)) for c, t, o in events]
     gap = 30 * 60 * 10**6
+    COUNTS = ["page_views", "orders"]
 
     def sessions(df):
         return {(r.customer_id, r.session_start): (r.session_end, r.page_views, r.orders)
-                for r in to_sessions(df, gap_micros=gap).collect()}
+                for r in merge_sessions(df, by=["customer_id"], gap_micros=gap, counts=COUNTS).collect()}
 
     assert sessions(spark.createDataFrame(rows, schema)) == expected
     # In two parts: the sessions of the first half, merged with the events of the second.
-    first = to_sessions(spark.createDataFrame(rows[::2], schema), gap_micros=gap)
+    first = merge_sessions(spark.createDataFrame(rows[::2], schema), by=["customer_id"], gap_micros=gap, counts=COUNTS)
     assert sessions(first.unionByName(spark.createDataFrame(rows[1::2], schema))) == expected
     assert len(expected) > 4
