@@ -74,7 +74,7 @@ def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.orchestration import runs
     from lakehouse.orchestration.location import BACKFILL_JOB
     from lakehouse.orchestration.partitions import is_partitioned
-    from lakehouse.orchestration.sql import format_table
+    from lakehouse.serving.sql import format_table
 
     days = _days(args)
     assert days is not None
@@ -105,7 +105,7 @@ def _flow_context(settings: Settings):
 def cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.batch.verify import describe, verified_flows, verify
     from lakehouse.infra.spark import get_spark
-    from lakehouse.orchestration.sql import format_table
+    from lakehouse.serving.sql import format_table
 
     ctx = _flow_context(settings)
     spark = get_spark(settings, "lakehouse-verify")
@@ -141,7 +141,7 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.batch.lineage import with_downstream
     from lakehouse.batch.replay import StartingPoint, compare, replay, swap
     from lakehouse.infra.spark import get_spark
-    from lakehouse.orchestration.sql import format_table
+    from lakehouse.serving.sql import format_table
 
     start = StartingPoint(version=args.from_version, timestamp=args.from_timestamp, offsets=args.from_offsets,
                           kafka_timestamp=args.from_kafka_timestamp)
@@ -175,7 +175,7 @@ def cmd_refresh(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.batch.lineage import flow_for
     from lakehouse.batch.refresh import plan, refresh
     from lakehouse.infra.spark import get_spark
-    from lakehouse.orchestration.sql import format_table
+    from lakehouse.serving.sql import format_table
 
     flow_for(args.table)   # an unknown table is named before Spark starts
     ctx = _flow_context(settings)

@@ -18,7 +18,7 @@ from lakehouse.infra.spark import get_spark, stop_spark
 from lakehouse.orchestration import runs
 from lakehouse.cli.quality import HEADER as QUALITY_HEADER
 from lakehouse.cli.quality import quality_report
-from lakehouse.orchestration.sql import format_table, run_sql
+from lakehouse.serving.sql import format_table, run_sql
 from lakehouse.schemas import sources, tables
 from lakehouse.schemas.pipeline import Mix, active_pipeline
 from lakehouse.streaming.producer import ProduceReport, produce

@@ -94,7 +94,7 @@ def cmd_kafka(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_topics(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.infra.retention import duration_ms
-    from lakehouse.orchestration.sql import format_table
+    from lakehouse.serving.sql import format_table
     from lakehouse.schemas import topics
     from lakehouse.streaming.kafka_topics import ensure_topics
 
@@ -157,7 +157,7 @@ def _answer(settings: Settings, request: dict, app_name: str) -> int:
     A running `lakehouse serve` answers without this process importing Spark; otherwise the same code runs
     here in a Spark session of its own.
     """
-    from lakehouse.orchestration.sql_endpoint import answer, ask
+    from lakehouse.serving.endpoint import ask
 
     result = ask(settings, request)
     if result is None:
@@ -167,6 +167,7 @@ def _answer(settings: Settings, request: dict, app_name: str) -> int:
         if sys.stderr.isatty():   # a hint for a person; a script's stderr keeps to errors
             print(f"({notice})", file=sys.stderr, flush=True)
         from lakehouse.infra.spark import get_spark
+        from lakehouse.serving.sql import answer
 
         result = answer(get_spark(settings, app_name), settings, request)
     if "error" in result:
@@ -185,7 +186,7 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
-    from lakehouse.orchestration.sql_endpoint import serve
+    from lakehouse.serving.server import serve
 
     return serve(settings)
 
@@ -250,7 +251,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
-    from lakehouse.orchestration.sql import format_table
+    from lakehouse.serving.sql import format_table
 
     rows = [(env, settings.shown(env.removeprefix("LAKEHOUSE_").lower()), meaning) for env, _, meaning in Settings.describe()]
     from lakehouse.schemas.pipeline import active_pipeline
@@ -264,7 +265,7 @@ def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.orchestration.maintenance import doctor_findings
-    from lakehouse.orchestration.sql import format_table
+    from lakehouse.serving.sql import format_table
 
     findings = doctor_findings(settings)
     shown = [f for f in findings if args.all or f.status != "absent"]
@@ -467,8 +468,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from lakehouse.infra.kafka_broker import BrokerError
     from lakehouse.cli.demo import DemoFailed
     from lakehouse.orchestration.runs import UnknownAsset, UnknownJob, UnknownPartition
-    from lakehouse.orchestration.sql import SqlError
-    from lakehouse.orchestration.sql_endpoint import EndpointError
+    from lakehouse.serving.sql import SqlError
+    from lakehouse.serving.endpoint import EndpointError
     from lakehouse.schemas.pipeline import MixError, PipelineError
     from lakehouse.streaming.kafka_topics import KafkaUnreachable, TopicsMissing
     from lakehouse.streaming.continuous import UnknownTable as NotStreamed

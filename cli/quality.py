@@ -27,7 +27,7 @@ TREND = ("lakehouse sql \"SELECT table, date_trunc('hour', validated_at) AS hour
 
 def cmd_quality(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.infra.spark import get_spark
-    from lakehouse.orchestration.sql import format_table
+    from lakehouse.serving.sql import format_table
 
     from lakehouse.orchestration.quality_checks import table_checks
 

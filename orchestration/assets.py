@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 from lakehouse.batch.backfill import TableChange, backfill_flow
 from lakehouse.batch.catalog import read_table
 from lakehouse.infra.retention import duration_ms
-from lakehouse.orchestration import served_runs
+from lakehouse.serving import remote_runs
 from lakehouse.orchestration.checks import VERIFY_CHECK, verdict_record
 from lakehouse.orchestration.partitions import daily, is_partitioned, key_range
 from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
@@ -284,14 +284,14 @@ def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefin
         days = key_range(context) if partitioned else None
         verify = days is not None and runs_check(context, dg.AssetCheckKey(context.asset_key, VERIFY_CHECK))
         if days is None:
-            parts = served_runs.on_endpoint(context, spark, lake, kafka, served_runs.TABLE, asset=main.asset_name,
+            parts = remote_runs.on_endpoint(context, spark, lake, kafka, remote_runs.TABLE, asset=main.asset_name,
                                             docs=docs, checked=bool(checks))
         else:
-            parts = served_runs.on_endpoint(context, spark, lake, kafka, served_runs.BACKFILL, asset=main.asset_name,
+            parts = remote_runs.on_endpoint(context, spark, lake, kafka, remote_runs.BACKFILL, asset=main.asset_name,
                                             days=[d.isoformat() for d in days], run_id=context.run_id,
                                             checked=bool(checks), verify=verify)
         if parts is not None:
-            return served_runs.result_from(parts)
+            return remote_runs.result_from(parts)
         if days is None:
             return catch_up_table(context, spark.session(), main, lake.flow_context(kafka), docs, bool(checks))
         return backfill_table(context, spark.session(), main, lake.flow_context(kafka), days, context.run_id,

@@ -18,7 +18,7 @@ from lakehouse.orchestration.assets import (
     QUALITY_STOPS, TOPIC_CHECK, _topic_metadata, caught_up_metadata, quality_check_result, side_observations,
     topic_key, validations_of,
 )
-from lakehouse.orchestration import served_runs
+from lakehouse.serving import remote_runs
 from lakehouse.orchestration.partitions import daily, is_partitioned, touched_days
 from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
 from lakehouse.schemas import sources
@@ -60,8 +60,8 @@ def build_catch_up_job(declared: tuple | None = None) -> dg.JobDefinition:
     def bring_up_to_date(context: dg.OpExecutionContext, config: CatchUpConfig, spark: SparkResource,
                          kafka: KafkaResource, lake: LakeResource) -> None:
         """Bring tables up to date with their sources (availableNow) and record what changed, per daily partition."""
-        if declared is None and (endpoint := served_runs.endpoint_for(spark, lake)) is not None:
-            served_runs.run_served(endpoint, served_runs.request(served_runs.CATCH_UP, lake, kafka,
+        if declared is None and (endpoint := remote_runs.endpoint_for(spark, lake)) is not None:
+            remote_runs.run_served(endpoint, remote_runs.request(remote_runs.CATCH_UP, lake, kafka,
                                                                  assets=list(config.assets)), context)
             return
         catch_up(context, config, spark, kafka, lake, declared)
@@ -90,7 +90,7 @@ def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: Spark
     if not chosen:
         return  # topics only: no Spark session needed
     if not getattr(spark, "warm", False):
-        served_runs.note_local_spark(context)
+        remote_runs.note_local_spark(context)
     session = spark.session()
     ctx = lake.flow_context(kafka)
     docs = {s.silver_table.name: s.column_docs() for s in declared}

@@ -5,9 +5,8 @@ from __future__ import annotations
 import dagster as dg
 
 from lakehouse.batch.verify import Verdict, describe, verify_flow
-from lakehouse.orchestration import served_runs
+from lakehouse.serving import remote_runs
 from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
-from lakehouse.schemas import sources
 from lakehouse.schemas.topics import TopicSpec
 from lakehouse.streaming import flows as flow_registry
 from lakehouse.streaming.flows import Flow
@@ -71,7 +70,7 @@ def verify_check(flow: Flow) -> dg.AssetChecksDefinition:
     def _check(context, spark: SparkResource, kafka: KafkaResource, lake: LakeResource) -> dg.AssetCheckResult:
         if (reused := from_this_run(context, flow.asset_name)) is not None:
             return reused
-        if (served := served_runs.served_check(context, spark, lake, kafka, flow.asset_name, VERIFY_CHECK)) is not None:
+        if (served := remote_runs.served_check(context, spark, lake, kafka, flow.asset_name, VERIFY_CHECK)) is not None:
             return served
         return verify_result(spark.session(), flow, lake.flow_context(kafka))
 

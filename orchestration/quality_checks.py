@@ -10,7 +10,7 @@ from typing import Callable
 
 import dagster as dg
 
-from lakehouse.orchestration import served_runs
+from lakehouse.serving import remote_runs
 from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
 from lakehouse.quality.table_checks import TableCheck, freshness, gold_accounting, references, silver_accounting
 from lakehouse.schemas import tables
@@ -77,7 +77,7 @@ def rule_result(session, lake_root: str, compute: Compute) -> dg.AssetCheckResul
 def _check(asset: str, name: str, description: str, compute: Compute) -> dg.AssetChecksDefinition:
     @dg.asset_check(asset=asset, name=name, description=description)
     def _run(context, spark: SparkResource, kafka: KafkaResource, lake: LakeResource) -> dg.AssetCheckResult:
-        if (served := served_runs.served_check(context, spark, lake, kafka, asset, name)) is not None:
+        if (served := remote_runs.served_check(context, spark, lake, kafka, asset, name)) is not None:
             return served
         return rule_result(spark.session(), lake.root, compute)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from delta.tables import DeltaTable
 
-from lakehouse.orchestration.sql import SqlError, run_sql
+from lakehouse.serving.sql import SqlError, run_sql
 from lakehouse.schemas import tables
 from lakehouse.pipelines import shop
 

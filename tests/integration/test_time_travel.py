@@ -14,7 +14,7 @@ import pytest
 from delta.tables import DeltaTable
 
 from lakehouse.batch.catalog import table_history
-from lakehouse.orchestration.sql import SqlError, history, run_sql
+from lakehouse.serving.sql import SqlError, history, run_sql
 from lakehouse.schemas import tables
 from lakehouse.pipelines import shop
 

@@ -64,7 +64,8 @@ def test_a_backfill_run_on_the_endpoint_moves_the_commands_progress_bar_and_writ
     import threading
 
     from lakehouse.cli.batch import Bar
-    from lakehouse.orchestration.served_runs import _Forward, _replay_record
+    from lakehouse.serving.remote_runs import _replay_record
+    from lakehouse.serving.served_steps import _Forward
 
     sent: list[dict] = []
     batch_log = logging.getLogger("lakehouse.batch")

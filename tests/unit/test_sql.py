@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from pyspark.errors import PySparkException
 
-from lakehouse.orchestration.sql import explain_sql_error, format_table
+from lakehouse.serving.sql import explain_sql_error, format_table
 
 TABLES = ["silver_orders", "gold_revenue_per_minute"]
 

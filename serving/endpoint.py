@@ -1,13 +1,13 @@
-"""`lakehouse serve`: a long-lived Spark session that `lakehouse sql`, `lakehouse history` and Dagster runs use.
+"""`lakehouse serve`'s endpoint: where it is, how to ask it, and its HTTP handler (the server is server.py).
 
 Starting Spark costs a JVM and 10-40 s on a small machine; a query over a gold table then takes about a
 second. So `lakehouse serve` starts one session, keeps it, and answers queries on a loopback HTTP port
 (127.0.0.1 only, a port the system picks) that it writes with its PID to `<home>/sql-endpoint.json`. The
 commands read that file: with an endpoint up for the same lake they send the query there, otherwise they
-start Spark themselves, as before, and say so. The endpoint runs the very same code (`orchestration.sql`):
+start Spark themselves, as before, and say so. The endpoint runs the very same code (`serving/sql.py`):
 the same read-only guard, the same one-sentence errors, and tables that appear after it started are seen.
 A Dagster run's catch-up steps (`lakehouse run`, a materialization in the UI) run there too, in the same
-session (orchestration/served_runs.py).
+session (serving/remote_runs.py sends them, serving/served_steps.py runs them).
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,7 +28,7 @@ from lakehouse.infra.settings import Settings
 log = logging.getLogger("lakehouse")
 
 HOST = "127.0.0.1"
-# A Dagster run's steps (orchestration/served_runs.py), answered as they run.
+# A Dagster run's steps (remote_runs.py), answered as they run.
 STREAMED = ("catch_up", "table", "backfill", "check")
 
 
@@ -81,21 +79,6 @@ def ask(settings: Settings, request: dict[str, Any]) -> dict[str, Any] | None:
         return None   # it stopped between the check and the call
 
 
-def answer(spark, settings: Settings, request: dict[str, Any]) -> dict[str, Any]:
-    """What `lakehouse sql` or `lakehouse history` prints for `request`, run in `spark`: text, or a user's error."""
-    from lakehouse.orchestration.sql import SqlError, format_table, history, run_sql
-
-    try:
-        if request.get("kind") == "history":
-            columns, rows = history(spark, settings.lake_root, request["table"], request.get("limit"))
-            return {"text": format_table(columns, rows)}
-        columns, rows, truncated = run_sql(spark, settings.lake_root, request["query"], int(request.get("limit", 100)))
-    except SqlError as exc:
-        return {"error": str(exc)}
-    footer = f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', more not shown: raise --limit' if truncated else ''})"
-    return {"text": format_table(columns, rows) + "\n" + footer}
-
-
 def _handler(run: Callable[[dict[str, Any]], dict[str, Any]],
              stream: Callable[[dict[str, Any], Callable[[dict], None]], None]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -137,66 +120,3 @@ def _handler(run: Callable[[dict[str, Any]], dict[str, Any]],
             pass   # one line per answer is logged above
 
     return Handler
-
-
-def _warm_up(spark, settings: Settings) -> None:
-    """The run path's warm-up (orchestration/serve_warm_up.py), holding the lock run steps take."""
-    from lakehouse.orchestration.served_runs import RUN_LOCK
-    from lakehouse.orchestration.serve_warm_up import warm_up_runs
-
-    warm_up_runs(spark, settings, RUN_LOCK)
-
-
-def serve(settings: Settings) -> int:
-    """Start Spark, warm it on the lake, answer requests until SIGTERM or Ctrl-C; 0 when stopped."""
-    from lakehouse.infra.spark import get_spark
-    from lakehouse.orchestration.served_runs import serve_step
-    from lakehouse.orchestration.sql import run_sql
-
-    other = running_endpoint(settings)
-    if other is not None:
-        raise EndpointError(f"lakehouse serve is already running for this lake (pid {other.pid}); "
-                            f"stop it first (kill {other.pid}).")
-    spark = get_spark(settings, "lakehouse-serve")
-    started = time.monotonic()
-    run_sql(spark, settings.lake_root, "SELECT 1")   # plans a first query: registers the tables, loads the parser
-    log.info("warmed up in %.1f s", time.monotonic() - started)
-
-    lock = threading.Lock()   # one query at a time: they share the session's catalog and 2 cores (a run's step
-                              # takes a lock of its own: a query need not wait for a catch-up)
-
-    def run(request: dict[str, Any]) -> dict[str, Any]:
-        with lock:
-            return answer(spark, settings, request)
-
-    def step(request: dict[str, Any], emit: Callable[[dict], None]) -> None:
-        serve_step(spark, settings, request, emit)
-
-    server = ThreadingHTTPServer((HOST, 0), _handler(run, step))
-    endpoint = Endpoint(os.getpid(), server.server_address[1], settings.lake_root)
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda _s, _f: stop.set())
-    threading.Thread(target=server.serve_forever, name="sql-endpoint", daemon=True).start()
-    path = state_file(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pid": endpoint.pid, "port": endpoint.port, "lake_root": endpoint.lake_root}))
-    tmp.replace(path)   # readers never see half a file
-    print(f"lakehouse serve: SQL endpoint for {settings.lake_root} on {HOST}:{endpoint.port} (pid {endpoint.pid}); "
-          "lakehouse sql and lakehouse history now use it. Ctrl-C or SIGTERM stops it.", flush=True)
-    if settings.serve_warm_up:
-        threading.Thread(target=_warm_up, args=(spark, settings), name="serve-warm-up", daemon=True).start()
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        server.shutdown()
-        if running_endpoint(settings) == endpoint:
-            path.unlink(missing_ok=True)
-        try:
-            spark.stop()
-        except Exception:  # noqa: BLE001 - its JVM was stopped with it (a signal to the whole group)
-            log.info("the Spark JVM had already stopped")
-    print("lakehouse serve: stopped.", flush=True)
-    return 0

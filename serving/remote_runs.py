@@ -1,4 +1,4 @@
-"""Dagster runs whose flows run in `lakehouse serve`'s warm Spark session instead of a JVM of their own.
+"""Dagster runs whose flows run in `lakehouse serve`'s warm Spark session: the run's side (served_steps.py runs them).
 
 A run's step that needs Spark (the catch_up op; a table asset that catches up, or backfills the days of
 its partitions; an asset check that reads tables) first asks whether an endpoint is up for its lake. If
@@ -15,27 +15,22 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import urllib.error
 import urllib.request
-from typing import Any, Callable
+from typing import Any
 
 import dagster as dg
-from dagster._serdes import deserialize_value, serialize_value
+from dagster._serdes import deserialize_value
 
 from lakehouse.infra.settings import Settings
 from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
-from lakehouse.orchestration.sql_endpoint import HOST, STREAMED, Endpoint, EndpointError, running_endpoint
+from lakehouse.serving.endpoint import HOST, STREAMED, Endpoint, EndpointError, running_endpoint
 
 log = logging.getLogger("lakehouse")
 
 # The catch_up op's work (topics, then the chosen flows); one table asset's catch-up, or its backfill of a
 # partition range (each answered with its MaterializeResult's parts); one asset check that reads tables.
 CATCH_UP, TABLE, BACKFILL, CHECK = STREAMED
-
-# One run step at a time on the endpoint: two runs of one flow would race for its checkpoint. Queries do not wait.
-RUN_LOCK = threading.Lock()
-
 
 def endpoint_for(spark: SparkResource, lake: LakeResource) -> Endpoint | None:
     """The endpoint serving the run's lake, if one is up."""
@@ -140,115 +135,3 @@ def result_from(parts: dict[str, Any]) -> dg.MaterializeResult:
     """The MaterializeResult the endpoint computed, rebuilt in the run from `_parts`."""
     checks = [_check_from(c) for c in parts["checks"]]
     return dg.MaterializeResult(metadata=parts["metadata"], check_results=checks or None)
-
-
-class _Log:
-    """context.log for a step run on the endpoint: each line goes back to the run, and to the endpoint's log."""
-
-    def __init__(self, emit: Callable[[dict], None]):
-        self._emit = emit
-
-    def _line(self, level: str, text: str) -> None:
-        log.log(getattr(logging, level.upper()), "run step: %s", text)
-        self._emit({"log": [level, str(text)]})
-
-    def debug(self, text: str) -> None:
-        self._line("debug", text)
-
-    def info(self, text: str) -> None:
-        self._line("info", text)
-
-    def warning(self, text: str) -> None:
-        self._line("warning", text)
-
-    def error(self, text: str) -> None:
-        self._line("error", text)
-
-
-class _Context:
-    """The part of a Dagster step context the catch-up code uses (log, log_event), sent back to the run."""
-
-    def __init__(self, emit: Callable[[dict], None]):
-        self.log = _Log(emit)
-        self._emit = emit
-
-    def log_event(self, event: Any) -> None:
-        self._emit({"event": serialize_value(event)})
-
-
-class _Forward(logging.Handler):
-    """Sends the batch lane's log records of one step's thread back to the run, as they would be logged there."""
-
-    def __init__(self, emit: Callable[[dict], None]):
-        super().__init__(logging.INFO)
-        self._emit, self._thread = emit, threading.get_ident()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.thread == self._thread:
-            self._emit({"record": [record.name, record.levelno, record.getMessage()]})
-
-
-class _WarmSpark:
-    """A SparkResource stand-in whose session is the endpoint's."""
-
-    warm = True   # the catch-up then does not say it starts a JVM
-
-    def __init__(self, session):
-        self._session = session
-
-    def session(self):
-        return self._session
-
-
-def serve_step(spark, settings: Settings, body: dict[str, Any], emit: Callable[[dict], None]) -> None:
-    """Run a step sent by `run_served` in the endpoint's session, emitting its log, events and end."""
-    from datetime import date
-
-    from lakehouse.orchestration.assets import backfill_table, catch_up_table
-    from lakehouse.orchestration.catch_up import CatchUpConfig, catch_up
-    from lakehouse.orchestration.checks import VERIFY_CHECK, verify_result
-    from lakehouse.orchestration.quality_checks import rule_result, rules
-    from lakehouse.schemas import sources
-    from lakehouse.streaming import flows as flow_registry
-
-    try:
-        lake, kafka = LakeResource(**body["lake"]), KafkaResource(**body["kafka"])
-        if lake.root != settings.lake_root:
-            raise EndpointError(f"this endpoint serves {settings.lake_root}, not {lake.root}")
-        context = _Context(emit)
-
-        def flow_of(asset: str):
-            [flow] = [f for f in flow_registry.build_flows(sources.SOURCES) if f.asset_name == asset]
-            return flow
-
-        with RUN_LOCK:
-            if body["kind"] == CATCH_UP:
-                catch_up(context, CatchUpConfig(assets=body["assets"]), _WarmSpark(spark), kafka, lake, sources.SOURCES)
-                emit({"done": True})
-            elif body["kind"] == CHECK:
-                asset, name = body["asset"], body["check"]
-                if name == VERIFY_CHECK:
-                    check = verify_result(spark, flow_of(asset), lake.flow_context(kafka))
-                else:
-                    check = rule_result(spark, lake.root, rules(sources.SOURCES)[(asset, name)][1])
-                emit({"result": serialize_value(_check_parts(check))})
-            else:
-                flow, ctx = flow_of(body["asset"]), lake.flow_context(kafka)
-                if body["kind"] == BACKFILL:
-                    first, last = (date.fromisoformat(day) for day in body["days"])
-                    # backfill's per-table lines, which move lakehouse backfill's progress bar
-                    forward, batch_log = _Forward(emit), logging.getLogger("lakehouse.batch")
-                    batch_log.addHandler(forward)
-                    try:
-                        result = backfill_table(context, spark, flow, ctx, (first, last), body["run_id"],
-                                                body["checked"], body.get("verify", False))
-                    finally:
-                        batch_log.removeHandler(forward)
-                else:
-                    result = catch_up_table(context, spark, flow, ctx, body["docs"], body["checked"])
-                emit({"result": serialize_value(_parts(result))})
-    except dg.Failure as failure:
-        emit({"failure": failure.description, "metadata": serialize_value(failure.metadata)})
-    except Exception as exc:  # noqa: BLE001 - the run shows it; the endpoint keeps serving
-        log.exception("run step failed")
-        emit({"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"})

@@ -221,3 +221,16 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
     rule = "-+-".join("-" * w for w in widths)
     return "\n".join([line(list(columns)), rule, *[line(r) for r in cells]])
+
+
+def answer(spark, settings, request: dict[str, Any]) -> dict[str, Any]:
+    """What `lakehouse sql` or `lakehouse history` prints for `request`, run in `spark`: text, or a user's error."""
+    try:
+        if request.get("kind") == "history":
+            columns, rows = history(spark, settings.lake_root, request["table"], request.get("limit"))
+            return {"text": format_table(columns, rows)}
+        columns, rows, truncated = run_sql(spark, settings.lake_root, request["query"], int(request.get("limit", 100)))
+    except SqlError as exc:
+        return {"error": str(exc)}
+    footer = f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', more not shown: raise --limit' if truncated else ''})"
+    return {"text": format_table(columns, rows) + "\n" + footer}
