@@ -92,3 +92,56 @@ def test_a_user_project_loads_the_lakehouse_for_its_pipeline_from_one_call(insta
     assert {"catch_up", "backfill", "quality_checks"} <= set(found["jobs"])
     assert "nightly_reconciliation" in found["schedules"] and found["sensors"]
     assert {"matches_batch", "accounting"} <= set(found["checks"])
+
+
+DG_PYPROJECT = '''
+[project]
+name = "my-dg-project"
+version = "0.1.0"
+
+[tool.dg]
+directory_type = "project"
+
+[tool.dg.project]
+root_module = "my_dg_project"
+'''
+
+DG_DEFS_YAML = '''
+type: lakehouse.orchestration.component.Lakehouse
+
+attributes:
+  pipeline: warehouse_sensors
+'''
+
+DG_PROBE = '''
+import json
+from importlib.metadata import entry_points
+from pathlib import Path
+import dagster as dg
+repo = dg.load_from_defs_folder(path_within_project=Path(".")).get_repository_def()
+print(json.dumps({
+    "assets": sorted(k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()),
+    "jobs": sorted(j.name for j in repo.get_all_jobs()),
+    "registered": sorted(e.value for e in entry_points(group="dagster_dg_cli.registry_modules")
+                         if e.value.startswith("lakehouse")),
+}))
+'''
+
+
+def test_a_dg_project_gets_the_lakehouse_from_a_component_in_its_defs_folder(installed, tmp_path):
+    """A `dg` project's defs.yaml of type Lakehouse loads the pipeline's definitions; `dg` can list the component."""
+    project = tmp_path / "dg"
+    (project / "src" / "my_dg_project" / "defs" / "lake").mkdir(parents=True)
+    (project / "pyproject.toml").write_text(textwrap.dedent(DG_PYPROJECT))
+    (project / "src" / "my_dg_project" / "__init__.py").write_text("")
+    (project / "src" / "my_dg_project" / "defs" / "__init__.py").write_text("")
+    (project / "src" / "my_dg_project" / "defs" / "lake" / "defs.yaml").write_text(textwrap.dedent(DG_DEFS_YAML))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_") and k != "PYTHONPATH"}
+    env.update(PYTHONPATH=f"{project / 'src'}{os.pathsep}{PIPELINES}", LAKEHOUSE_HOME=str(tmp_path / "home"))
+    found = json.loads(run([str(installed / "bin" / "python"), "-c", DG_PROBE], cwd=project, env=env).stdout)
+
+    assert {"kafka/warehouse_readings_v1", "bronze_readings", "silver_readings", "gold_zone_climate_per_minute",
+            "gold_readings_placed"} <= set(found["assets"])
+    assert not any("orders" in key for key in found["assets"])
+    assert {"catch_up", "backfill", "refresh", "quality_checks"} <= set(found["jobs"])
+    assert found["registered"] == ["lakehouse.orchestration.component"]
