@@ -226,7 +226,7 @@ def swap(spark: SparkSession, ctx: FlowContext, shadow: Shadow, replayed: list[R
         record_definition(spark, flow, ctx)   # rebuilt as defined now: its stream runs again
         done.swapped_version = versions[flow.target.name] = table_version(spark, live_path)
         log.info("replay swapped %s in at version %d; flow %s resumes from %s", done.table, done.swapped_version,
-                 flow.name, positions or "the offsets bronze holds")
+                 flow.name, resume_text(positions) or "the offsets bronze holds")
     return replayed
 
 
@@ -244,3 +244,9 @@ def _move_state(spark: SparkSession, flow: Flow, shadow: Shadow, ctx: FlowContex
     if isinstance(replayed, EventTimeWriter) and (saved := replayed.saved_watermark(spark)) is not None:
         # The swap's overwrite of the live table records no watermark: the live flow reads this one.
         flow.batch_writer(ctx).adopt_watermark(spark, saved)
+
+
+def resume_text(positions: dict[str, dict]) -> str:
+    """Where a flow resumes, for a person: "silver_doors v1, silver_readings v2" (the next version it reads)."""
+    return ", ".join(f"{name} v{pos['version']}" if "version" in pos else f"{name} {pos}"
+                     for name, pos in sorted(positions.items()))

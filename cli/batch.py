@@ -174,6 +174,7 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_refresh(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.batch.lineage import flow_for
     from lakehouse.batch.refresh import plan, refresh
+    from lakehouse.batch.replay import resume_text
     from lakehouse.infra.spark import get_spark
     from lakehouse.serving.sql import format_table
 
@@ -189,7 +190,7 @@ def cmd_refresh(settings: Settings, args: argparse.Namespace) -> int:
         print(f"{name}: {'; '.join(how) if how else 'its definition is unchanged'}")
     rows = [(r.table, r.diff.stream_rows if r.diff else 0, r.rows,
              "-" if done.versions_before.get(r.table) is None else done.versions_before[r.table], r.swapped_version,
-             ", ".join(f"{name} v{pos['version']}" for name, pos in sorted(r.positions.items())) or "-")
+             resume_text(r.positions) or "-")
             for r in done.replayed]
     print(format_table(("table", "rows before", "rows after", "version before", "version now", "its stream resumes from"),
                        rows))
