@@ -2,6 +2,7 @@
 
 import warnings
 from datetime import date
+from typing import Iterator
 
 import dagster as dg
 from pyspark.sql import DataFrame
@@ -20,6 +21,7 @@ from lakehouse.schemas import sources
 from lakehouse.schemas.sources import Source
 from lakehouse.schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
 from lakehouse.schemas.topics import TopicSpec
+from lakehouse.streaming.fingerprints import DefinitionChanged
 from lakehouse.streaming import flows as flow_registry
 from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.kafka_topics import TopicStatus, ensure_topics
@@ -223,6 +225,25 @@ def _stopped_result(context, session, main: Flow, ctx, stopped: Exception, check
         if checked else None)
 
 
+def definition_failure(changed: list[DefinitionChanged]) -> dg.Failure:
+    """A run that met tables defined otherwise than their streams: their sentences, no stack trace."""
+    return dg.Failure(description=" ".join(str(c) for c in changed), metadata={
+        "changed_tables": ", ".join(c.table for c in changed),
+        "how": "; ".join(f"{c.table}: {', '.join(c.changes)}" for c in changed),
+        "what_to_do": " and ".join(f"lakehouse refresh {c.table}" for c in changed)
+                      + " (or the refresh job with the table in its config)",
+        "sentences": dg.MetadataValue.json({c.table: str(c) for c in changed}),
+    })
+
+
+def definition_observations(failure: dg.Failure) -> Iterator[dg.AssetObservation]:
+    """For each table a `definition_failure` names: an observation holding its sentence and the command to run."""
+    sentences = failure.metadata.get("sentences")
+    for table, sentence in (sentences.value.items() if sentences is not None else ()):
+        yield dg.AssetObservation(asset_key=table, metadata={"definition_changed": sentence,
+                                                             "what_to_do": f"lakehouse refresh {table}"})
+
+
 def catch_up_table(context, session, main: Flow, ctx, docs: dict[str, str], checked: bool) -> dg.MaterializeResult:
     """Run a table's flow until it has caught up; its metadata, side-table observations and quality check."""
     context.log.info(f"running flow {main.name} -> {main.target.name}")
@@ -233,6 +254,9 @@ def catch_up_table(context, session, main: Flow, ctx, docs: dict[str, str], chec
             context.log_event(observation)
     except QUALITY_STOPS as stopped:
         return _stopped_result(context, session, main, ctx, stopped, checked)
+    except DefinitionChanged as changed:
+        context.log.error(str(changed))
+        raise definition_failure([changed]) from None
     return dg.MaterializeResult(
         metadata=metadata,
         check_results=[quality_check_result(main, validations_of(ctx, main.target.name))] if checked else None)

@@ -10,12 +10,13 @@ which days a backfill recomputed.
 """
 
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import dagster as dg
 
 from lakehouse.infra.retention import duration_ms
 from lakehouse.orchestration.assets import (
-    QUALITY_STOPS, TOPIC_CHECK, _topic_metadata, caught_up_metadata, quality_check_result, side_observations,
+    QUALITY_STOPS, definition_failure, definition_observations, TOPIC_CHECK, _topic_metadata, caught_up_metadata, quality_check_result, side_observations,
     topic_key, validations_of,
 )
 from lakehouse.serving import remote_runs
@@ -24,6 +25,7 @@ from lakehouse.orchestration.resources import KafkaResource, LakeResource, Spark
 from lakehouse.schemas import sources
 from lakehouse.schemas.topics import TopicSpec
 from lakehouse.streaming import flows as flow_registry
+from lakehouse.streaming.fingerprints import DefinitionChanged
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.progress import ProgressRecorder
 from lakehouse.streaming.parallel_runs import run_flows
@@ -54,17 +56,23 @@ def _topics(context: dg.OpExecutionContext, kafka: KafkaResource, lake: LakeReso
 def build_catch_up_job(declared: tuple | None = None) -> dg.JobDefinition:
     """The catch_up job over the flows the source declarations imply."""
 
-    @dg.op(name="bring_up_to_date", description="Create missing topics, run every flow (or the chosen tables') until "
-                                                "it has caught up, and record materializations of the partitions each "
-                                                "run touched.")
+    @dg.op(name="bring_up_to_date", out={}, description="Create missing topics, run every flow (or the chosen "
+                                                        "tables') until it has caught up, and record materializations "
+                                                        "of the partitions each run touched.")
     def bring_up_to_date(context: dg.OpExecutionContext, config: CatchUpConfig, spark: SparkResource,
-                         kafka: KafkaResource, lake: LakeResource) -> None:
+                         kafka: KafkaResource, lake: LakeResource) -> Iterator[dg.AssetObservation]:
         """Bring tables up to date with their sources (availableNow) and record what changed, per daily partition."""
-        if declared is None and (endpoint := remote_runs.endpoint_for(spark, lake)) is not None:
-            remote_runs.run_served(endpoint, remote_runs.request(remote_runs.CATCH_UP, lake, kafka,
-                                                                 assets=list(config.assets)), context)
-            return
-        catch_up(context, config, spark, kafka, lake, declared)
+        try:
+            if declared is None and (endpoint := remote_runs.endpoint_for(spark, lake)) is not None:
+                remote_runs.run_served(endpoint, remote_runs.request(remote_runs.CATCH_UP, lake, kafka,
+                                                                     assets=list(config.assets)), context)
+            else:
+                catch_up(context, config, spark, kafka, lake, declared)
+        except dg.Failure as failure:
+            # Dagster hands over an op's logged events when it yields: the tables that did catch up keep their
+            # materializations, and each changed table gets an observation saying what to do.
+            yield from definition_observations(failure)
+            raise
 
     @dg.job(name=CATCH_UP_JOB, description="Create topics and bring every table up to date with its source; each "
                                            "table records a materialization of the daily partitions the run touched.")
@@ -161,7 +169,7 @@ def _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progres
     def run(spark, flow, flow_ctx) -> _Caught:
         return _caught_up(spark, flow, flow_ctx, docs, partitions)
 
-    ran = []
+    ran, changed = [], []
     for outcome in run_flows(session, chosen, ctx, parallel=parallel, skip=skip, run=run):
         flow = outcome.flow
         if outcome.skipped:
@@ -172,6 +180,11 @@ def _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progres
             blocked[flow.target.name] = str(outcome.error)
             context.log.error(str(outcome.error))
             _log_check(context, flow, validations_of(ctx, flow.target.name), str(outcome.error))
+            continue
+        if isinstance(outcome.error, DefinitionChanged):
+            # Only that table waits for `lakehouse refresh`; every other flow runs on, as in `lakehouse run`.
+            changed.append(outcome.error)
+            context.log.error(str(outcome.error))
             continue
         if outcome.error is not None:
             _observe_side_tables(context, session, ran, ctx, failing=True)
@@ -192,6 +205,8 @@ def _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progres
         else:
             context.log_event(dg.AssetMaterialization(asset_key=flow.asset_name, metadata=metadata))
     _observe_side_tables(context, session, ran, ctx)
+    if changed:
+        raise definition_failure(changed)
 
 
 def _observe_side_tables(context, session, flows: list, ctx, failing: bool = False) -> None:
