@@ -70,16 +70,18 @@ def _gold(ctx) -> dict[str, Callable[[Callable[[str], DataFrame]], DataFrame]]:
     views = lambda read: read("silver_page_views")          # noqa: E731
 
     def velocity(read):
-        return sliding_count(gold.to_timed_orders(orders(read)), by=["customer_id"], time="ordered_at",
-                             window_micros=duration_micros(ctx.params["sliding_window"]), count="orders_before",
-                             flag="flagged", threshold=ctx.params["sliding_threshold"])
+        kind = declared["gold_order_velocity"].kind
+        return sliding_count(gold.to_timed_orders(orders(read)), by=kind.by, time=kind.time,
+                             window_micros=duration_micros(ctx.params[kind.window.name]), count=kind.count,
+                             flag=kind.flag, threshold=ctx.params[kind.flag_at.name])
 
     def sessions(read):
-        counts = {"page_views": "kind = 'page_view'", "orders": "kind = 'order'"}
-        activity = session_intervals(gold.to_activity_events(views(read), orders(read)), by=["customer_id"],
-                                     time="occurred_at", counts=counts)
-        return merge_sessions(activity, by=["customer_id"], gap_micros=duration_micros(ctx.params["session_gap"]),
-                              counts=list(counts)).withColumn("ended_in_order", F.col("orders") > 0)
+        kind = declared["gold_sessions"].kind
+        activity = session_intervals(gold.to_activity_events(views(read), orders(read)), by=kind.by,
+                                     time=kind.time, counts=kind.counts)
+        return merge_sessions(activity, by=kind.by, gap_micros=duration_micros(ctx.params[kind.gap.name]),
+                              counts=list(kind.counts)).select(
+            "*", *[F.expr(sql).alias(name) for name, sql in kind.then.items()])
 
     def order_payments(read):
         o = orders(read).select("order_id", "customer_id", "total_cents", "currency",

@@ -226,7 +226,8 @@ def _stopped_result(context, session, main: Flow, ctx, stopped: Exception, check
 
 
 def definition_failure(changed: list[DefinitionChanged]) -> dg.Failure:
-    """A run that met tables defined otherwise than their streams: their sentences, no stack trace."""
+    """A run that met tables defined otherwise than their streams: their sentences as its description, what to do
+    in its metadata."""
     return dg.Failure(description=" ".join(str(c) for c in changed), metadata={
         "changed_tables": ", ".join(c.table for c in changed),
         "how": "; ".join(f"{c.table}: {', '.join(c.changes)}" for c in changed),

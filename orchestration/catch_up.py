@@ -16,8 +16,8 @@ import dagster as dg
 
 from lakehouse.infra.retention import duration_ms
 from lakehouse.orchestration.assets import (
-    QUALITY_STOPS, definition_failure, definition_observations, TOPIC_CHECK, _topic_metadata, caught_up_metadata, quality_check_result, side_observations,
-    topic_key, validations_of,
+    QUALITY_STOPS, TOPIC_CHECK, _topic_metadata, caught_up_metadata, definition_failure, definition_observations,
+    quality_check_result, side_observations, topic_key, validations_of,
 )
 from lakehouse.serving import remote_runs
 from lakehouse.orchestration.partitions import daily, is_partitioned, touched_days

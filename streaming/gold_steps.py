@@ -43,14 +43,14 @@ def sliding_step(kind: Sliding, keys: tuple[str, ...], *, window_micros: int, th
     """New rows get their count, and earlier rows of the same `by` whose look-back a new row falls into are recounted."""
     by, time = list(kind.by), kind.time
 
-    def count(rows: DataFrame) -> DataFrame:
+    def counted(rows: DataFrame) -> DataFrame:
         return sliding_count(rows, by=by, time=time, window_micros=window_micros, count=kind.count,
                              flag=kind.flag if threshold is not None else None, threshold=threshold)
 
     def step(new: DataFrame, at: Step) -> int:
         table = at.read_target()
         if table is None:
-            return at.merge(count(new), keys=keys, closes_batch=True)
+            return at.merge(counted(new), keys=keys, closes_batch=True)
         # Rows whose look-back a new row falls into, and those that fall into a new row's look-back.
         bounds = F.broadcast(_bounds(new, by, time))
         t = F.unix_micros(time)
@@ -62,7 +62,7 @@ def sliding_step(kind: Sliding, keys: tuple[str, ...], *, window_micros: int, th
         )
         scope = new.unionByName(known.join(new.select(*keys), list(keys), "left_anti"))
         # Rows before the batch's earliest one of their `by` keep their count: nothing new is before them.
-        changed = count(scope).join(bounds.select(*by, "_lo"), by).where(t >= F.col("_lo")).drop("_lo")
+        changed = counted(scope).join(bounds.select(*by, "_lo"), by).where(t >= F.col("_lo")).drop("_lo")
         return at.merge(changed, keys=keys, closes_batch=True)
 
     return step
