@@ -21,6 +21,7 @@ from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.parallel_runs import run_flows
 from lakehouse.streaming.runner import in_flow_pool
+from lakehouse.streaming.shared_tables import ensure_shared_tables
 
 T = TypeVar("T")
 
@@ -36,6 +37,8 @@ def each_flow(spark: SparkSession, flows: Sequence[Flow], ctx: FlowContext, work
         for flow in flows:              # one at a time in the caller's session, as before
             yield flow, work(spark, flow)
         return
+
+    ensure_shared_tables(spark, ctx.lake_root)   # before flows that write them start at once
 
     def run(_: SparkSession, flow: Flow, __: FlowContext) -> T:
         session = spark.newSession()

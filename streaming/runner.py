@@ -25,6 +25,7 @@ from lakehouse.streaming.positions import (
     Recorded, StreamBinding, bronze_positions, commit_metadata, describe, inspect_checkpoint, is_exact_version,
     kafka_starting_offsets, move_aside, rebuild_checkpoint, resume_point, table_id,
 )
+from lakehouse.streaming.shared_tables import ensure_shared_tables
 from lakehouse.streaming.progress import progress_row
 from lakehouse.streaming.silver_batches import SilverBatchStats
 from lakehouse.streaming.fingerprints import check_definition
@@ -68,6 +69,7 @@ def start_flow(
     recovered first (`prepare_checkpoint`): the query resumes from those positions.
     """
     check_definition(spark, flow, ctx)   # a changed definition never meets its old checkpoint unannounced
+    ensure_shared_tables(spark, ctx.lake_root)   # flows running at once never race to create them
     if flow.output == "batch":
         writer = writer or flow.batch_writer(ctx)
     resume = prepare_checkpoint(spark, flow, ctx, writer=writer)
