@@ -311,7 +311,7 @@ def newest_batches(flows: Iterable[Any], lake_root: str) -> dict[str, float]:
     one-hop query's checkpoint (streaming/one_hop.py), which starts again at batch 0 at each start.
     """
     from lakehouse.streaming.context import FlowContext
-    from lakehouse.streaming.one_hop import covering
+    from lakehouse.streaming.topic_query import covering
 
     ctx = FlowContext(lake_root=lake_root, kafka_bootstrap="unused:1")
     out = {}

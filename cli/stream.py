@@ -104,7 +104,7 @@ def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
     supervisor = Supervisor(
         spark, flows, ctx, trigger=settings.stream_trigger, triggers=settings.stream_triggers, report=report,
         report_every_s=duration_micros(settings.stream_report_every) / 1e6, max_failures=settings.stream_max_restarts,
-        one_hop=settings.stream_one_hop,
+        one_query_per_topic=settings.stream_one_query_per_topic,
     )
     stop = threading.Event()
 
@@ -243,8 +243,8 @@ def add_stream_commands(sub: argparse._SubParsersAction) -> None:
         description="Starts every flow (or the named tables' flows and the flows they read from) as a continuous "
                     "query in one Spark session, a micro-batch every LAKEHOUSE_STREAM_TRIGGER (default 1 second; "
                     "LAKEHOUSE_STREAM_TRIGGERS sets another per layer or flow, e.g. \"gold=5 seconds\"; "
-                    "LAKEHOUSE_STREAM_ONE_HOP=true runs each topic's bronze and silver flows as one query, one hop "
-                    "from Kafka to silver). "
+                    "by default each topic's bronze and silver flows and the tables that read only that silver run "
+                    "as one query, LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC=false runs one query per flow). "
                     "The same flows and checkpoints as the triggered runs (`lakehouse run`, the Dagster catch_up "
                     "job): the two modes can take turns on one lake without losing or repeating a record. A flow "
                     "whose input table does not exist yet starts when it appears. A failed query is restarted after "

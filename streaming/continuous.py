@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,10 +17,12 @@ from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.health import latest_version
 from lakehouse.streaming.kafka_topics import KafkaUnreachable
-from lakehouse.streaming.one_hop import one_hop_pairs, start_one_hop
+from lakehouse.streaming.topic_query import TopicGroup, start_topic_query, topic_groups
 from lakehouse.streaming.progress import ProgressRecorder
 from lakehouse.streaming.fingerprints import DefinitionChanged
-from lakehouse.streaming.runner import BrokerWatchdog, KafkaLost, QualityStopped, _raise_if_kafka_lost, _raise_if_quality_breach, start_flow
+from lakehouse.streaming.runner import (
+    BrokerWatchdog, KafkaLost, QualityStopped, _raise_if_kafka_lost, _raise_if_quality_breach, first_line, start_flow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,9 @@ class _Running:
     failures: int = 0                  # in a row, without a batch in between
     retry_at: float = 0.0
     last_error: str = ""
-    bronze: Flow | None = None         # one hop: the bronze flow this silver flow's query also runs
-    carried_by: str | None = None      # one hop: the silver flow whose query runs this bronze flow
+    group: TopicGroup | None = None    # a topic query: the flows this silver flow's query also runs
+    carried_by: str | None = None      # a topic query's member: the silver flow whose query runs this flow
+    members: list[str] = field(default_factory=list)   # a topic query: its members that it runs now
 
 
 class Supervisor:
@@ -99,15 +101,16 @@ class Supervisor:
       is stopped and `run` raises StreamFailed with that sentence.
     - `stop` lets each query finish the micro-batch it is in, then stops it: offsets and commits stay
       consistent, and the writers' idempotent commits make a replayed batch harmless after a kill.
-    - With `one_hop`, each topic's bronze and silver flows run as one query (streaming/one_hop.py), which
-      reports as both.
+    - With `one_query_per_topic`, each topic's bronze and silver flows and the flows that read only its
+      silver run as one query (streaming/topic_query.py), which reports as each of them. A member that
+      fails in it is let go and runs as its own query from then on.
     """
 
     def __init__(self, spark: SparkSession, flows: Iterable[Flow], ctx: FlowContext, *, trigger: str = "1 second",
                  triggers: Mapping[str, str] | None = None, report: Callable[[list[TableReport]], None] | None = None,
                  report_every_s: float = 5.0,
                  metrics_every_s: float = 10.0, max_failures: int = 5, backoff_s: float = 2.0,
-                 backoff_max_s: float = 60.0, record_metrics: bool = True, one_hop: bool = False):
+                 backoff_max_s: float = 60.0, record_metrics: bool = True, one_query_per_topic: bool = False):
         self.spark = spark
         self.ctx = ctx
         self.trigger = trigger
@@ -119,11 +122,12 @@ class Supervisor:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self.running = {f.name: _Running(f) for f in flows}
-        if one_hop:
-            # Each topic's bronze and silver flows as one query (streaming/one_hop.py).
-            for silver, bronze in one_hop_pairs(list(flows)).items():
-                self.running[silver].bronze = bronze
-                self.running[bronze.name].carried_by = silver
+        if one_query_per_topic:
+            # Each topic's flows as one query (streaming/topic_query.py); its members wait for it to start.
+            for silver, group in topic_groups(list(flows)).items():
+                self.running[silver].group = group
+                for flow in (group.bronze, *group.members):
+                    self.running[flow.name].carried_by = silver
         self.reports: dict[str, TableReport] = {}
         self.totals: dict[str, int] = {}        # rows written per flow since the stream started
         self._lock = threading.Lock()
@@ -135,8 +139,9 @@ class Supervisor:
         entry = self.running.get(row["query"])
         if entry is None:
             return
-        # A one-hop query's batch is also its bronze flow's.
-        flows = [entry.flow] if entry.bronze is None else [entry.bronze, entry.flow]
+        # A topic query's batch is also its bronze flow's and its members'.
+        flows = [entry.flow] if entry.group is None else [
+            entry.group.bronze, entry.flow, *(self.running[m].flow for m in entry.members)]
         with self._lock:
             for flow in flows:
                 rep = self.reports.setdefault(flow.name, TableReport(flow.target.name, flow.name))
@@ -185,13 +190,12 @@ class Supervisor:
         if query is not None:
             self._failed(entry, self._sentence(entry, query))
             return
-        if time.monotonic() < entry.retry_at or (entry.bronze is None and self._waiting(entry.flow)):
+        if time.monotonic() < entry.retry_at or (entry.group is None and self._waiting(entry.flow)):
             return
         trigger = {"processingTime": self.trigger_of(entry.flow)}
         try:
-            if entry.bronze is not None:
-                entry.query, entry.writer = start_one_hop(self.spark, entry.bronze, entry.flow, self.ctx,
-                                                          trigger=trigger)
+            if entry.group is not None:
+                self._start_topic_query(entry, trigger)
             else:
                 writer = entry.flow.batch_writer(self.ctx) if entry.flow.output == "batch" else None
                 entry.query = start_flow(self.spark, entry.flow, self.ctx, trigger=trigger, writer=writer)
@@ -205,16 +209,33 @@ class Supervisor:
             log.warning("flow %s is not streaming: %s", entry.flow.name, exc)
             return
         except Exception as exc:  # noqa: BLE001 - any start failure is retried like a query failure
-            self._failed(entry, f"flow {entry.flow.name} could not start: {_first_line(exc)}")
+            self._failed(entry, f"flow {entry.flow.name} could not start: {first_line(exc)}")
             return
-        if isinstance(entry.flow.source, TopicSpec) or entry.bronze is not None:
+        if isinstance(entry.flow.source, TopicSpec) or entry.group is not None:
             entry.watchdog = BrokerWatchdog(entry.query, self.ctx.kafka_bootstrap)
-        together = [entry.bronze, entry.flow] if entry.bronze is not None else [entry.flow]
+        together = [entry.flow] if entry.group is None else [
+            entry.group.bronze, entry.flow, *(self.running[m].flow for m in entry.members)]
         for flow in together:
             others = [f.name for f in together if f is not flow]
             log.info("flow %s is streaming into %s (trigger every %s)%s%s", flow.name, flow.target.name,
                      self.trigger_of(entry.flow), "".join(f" in one query with {name}" for name in others),
                      f", after {entry.failures} failure(s)" if entry.failures else "")
+
+    def _start_topic_query(self, entry: _Running, trigger: dict[str, str]) -> None:
+        """Start a topic's query over the members still carried by it; those it leaves out start on their own."""
+        group = entry.group
+        carried = tuple(f for f in group.members if self.running[f.name].carried_by == entry.flow.name)
+        started = start_topic_query(self.spark, TopicGroup(group.bronze, group.silver, carried), self.ctx,
+                                    trigger=trigger)
+        entry.query, entry.writer = started.query, started.writer
+        entry.members = list(started.writer.members)
+        for name in entry.members:
+            self.running[name].writer = started.writer.members[name].writer
+        for name, why in started.left_out.items():
+            log.warning("flow %s runs as its own query, not in the query of %s: %s", name, group.bronze.source.name,
+                        why)
+            self.running[name].carried_by = None
+            self.running[name].last_error = why
 
     def trigger_of(self, flow: Flow) -> str:
         """The flow's processing-time trigger: its own, else its layer's, else the stream's."""
@@ -226,7 +247,7 @@ class Supervisor:
                    for t in (*flow.sources, *flow.lookups))
 
     def _sentence(self, entry: _Running, query: StreamingQuery) -> str:
-        reader = entry.bronze or entry.flow    # the flow that reads Kafka, if one does
+        reader = entry.group.bronze if entry.group is not None else entry.flow   # the flow that reads Kafka, if one does
         if entry.watchdog is not None:
             entry.watchdog.close()
             lost = entry.watchdog.lost
@@ -237,16 +258,16 @@ class Supervisor:
         exc = query.exception()
         if exc is None:
             return f"flow {entry.flow.name} stopped without an error"
+        log.debug("flow %s failed: %s", entry.flow.name, exc)
         try:
             _raise_if_quality_breach(exc)
             _raise_if_kafka_lost(reader, self.ctx, exc)
         except (QualityStopped, KafkaLost) as said:
             return str(said)
-        return f"flow {entry.flow.name} failed: {_first_line(exc)}"
+        return f"flow {entry.flow.name} failed: {first_line(exc)}"
 
     def _failed(self, entry: _Running, sentence: str) -> None:
-        entry.written = _counts(entry)
-        entry.query, entry.writer = None, None
+        self._ended(entry)
         entry.failures += 1
         entry.last_error = sentence
         if entry.failures > self.max_failures:
@@ -255,6 +276,15 @@ class Supervisor:
         entry.retry_at = time.monotonic() + delay
         log.warning("%s; restarting it in %.0f s (failure %d of %d allowed)", sentence, delay, entry.failures,
                     self.max_failures)
+
+    def _ended(self, entry: _Running) -> None:
+        """A query is gone: keep what its writers counted; its members wait for it to start again."""
+        for name in entry.members:
+            member = self.running[name]
+            member.written, member.writer = _counts(member), None
+        entry.members = []
+        entry.written = _counts(entry)
+        entry.query, entry.writer = None, None
 
     def _send_reports(self) -> None:
         with self._lock:
@@ -300,8 +330,7 @@ class Supervisor:
                 if entry.watchdog is not None:
                     entry.watchdog.close()
                     entry.watchdog = None
-                entry.written = _counts(entry)
-                entry.query, entry.writer = None, None
+                self._ended(entry)
 
         # A batch interrupted at the deadline raises inside its foreachBatch function, and py4j logs the
         # whole Python trace of it; that batch simply runs again after a restart.
@@ -328,14 +357,3 @@ def _counts(entry: _Running) -> tuple[int, int]:
         return entry.written
     written = stats.silver if hasattr(stats, "silver") else int(getattr(stats, "rows_written", 0))
     return entry.written[0] + written, entry.written[1] + int(getattr(stats, "quarantined", 0))
-
-
-_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Exception|Error|Breach)): (.+)$")
-
-
-def _first_line(exc: BaseException) -> str:
-    """The sentence that names what went wrong: a foreachBatch error's own exception line, not py4j's wrapper."""
-    lines = str(exc).strip().splitlines()
-    named = [m for line in lines if (m := _ERROR_LINE.match(line)) and "Python Proxy" not in line]
-    text = f"{named[-1].group(1)}: {named[-1].group(2)}" if named else (lines[0] if lines else type(exc).__name__)
-    return text[:300]

@@ -19,7 +19,7 @@ from lakehouse.schemas.topics import TopicSpec
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.lake_files import DELTA_LOG_VERSION_FILE
-from lakehouse.streaming.one_hop import covering
+from lakehouse.streaming.topic_query import covering
 from lakehouse.streaming.sources import stream_path
 
 
@@ -152,7 +152,7 @@ def flow_health(flow: Flow, ctx: FlowContext, ends: Mapping[str, Mapping[int, tu
     sources = flow.sources
     hop = covering(flow, ctx)
     if hop is not None:
-        # Last run inside a one-hop query (streaming/one_hop.py), which reads the topic for both flows.
+        # Last run inside its topic's query (streaming/topic_query.py), which reads the topic for all its flows.
         hop_batch = committed_batch(hop[0])
         if hop_batch is not None and (batch is None or _at(hop_batch) > _at(batch)):
             batch, sources = hop_batch, (hop[1],)

@@ -464,3 +464,14 @@ def _raise_if_kafka_lost(flow: Flow, ctx: FlowContext, exc: Exception) -> None:
             f"{flow.source.name}; check the broker (`lakehouse kafka status`) and rerun: the flow resumes from "
             "its checkpoint."
         ) from None
+
+
+_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Exception|Error|Breach)): (.+)$")
+
+
+def first_line(exc: BaseException) -> str:
+    """The sentence that names what went wrong: a foreachBatch error's own exception line, not py4j's wrapper."""
+    lines = str(exc).strip().splitlines()
+    named = [m for line in lines if (m := _ERROR_LINE.match(line)) and "Python Proxy" not in line]
+    text = f"{named[-1].group(1)}: {named[-1].group(2)}" if named else (lines[0] if lines else type(exc).__name__)
+    return text[:300]

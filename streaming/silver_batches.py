@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Callable
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -83,6 +84,9 @@ class SilverWriter(RecordsPositions):
         self._max_micros: object = _UNSET   # the newest event time the watermark counts (see below)
         self._seen_micros: int | None = None  # the newest event time silver holds
         self._replayed_seen: int | None = None  # after a replayed batch: silver's newest event time its append recorded
+        # Called with the rows a batch appended to silver and the batch id, right after the append, while they
+        # are still cached: a topic's query feeds its gold flows with them (streaming/topic_query.py).
+        self.then: Callable[[DataFrame, int], None] | None = None
 
     def _start(self, spark: SparkSession, txn: str, batch_id: int) -> None:
         """Where the watermark stood when this query started: silver's newest event time, or the one held.
@@ -177,6 +181,8 @@ class SilverWriter(RecordsPositions):
                 append_once(fresh, self.silver_path, app_id=txn, batch_id=batch_id,
                             partition_by=self.silver.partition_by,
                             user_metadata=batch.metadata(final=True, seen_max_micros=seen, started=started, **held))
+                if self.then is not None:
+                    self.then(fresh, batch_id)
         finally:
             warmer.join()
             if fresh is not None:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from lakehouse.streaming.context import FlowContext
-from lakehouse.streaming.continuous import UnknownTable, _first_line, flows_for
+from lakehouse.streaming.continuous import UnknownTable, flows_for
+from lakehouse.streaming.runner import first_line as _first_line
 from lakehouse.streaming.flows import BY_NAME, FLOWS
 from lakehouse.streaming.health import committed_batch, flow_health, latest_version
 from lakehouse.pipelines import shop

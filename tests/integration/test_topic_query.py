@@ -1,15 +1,19 @@
-"""A stream with one hop from Kafka to silver (LAKEHOUSE_STREAM_ONE_HOP): the same tables as the two flows,
-a batch cut short between its writes recovered, and the flows' own runs taking over: nothing lost, nothing twice."""
+"""A topic's flows as one query (LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC): the same tables as the flows' own queries,
+a batch cut short between its writes recovered, a member that fails let go to its own query, and the flows' own
+runs taking over: nothing lost, nothing twice."""
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 import threading
 import time
 from datetime import datetime, timezone
 
 import pytest
+from pyspark.sql import functions as F
 
+import lakehouse.streaming.gold_batches as gold_batches
 import lakehouse.streaming.silver_batches as silver_batches
 from lakehouse.schemas import tables, topics
 from lakehouse.streaming.context import FlowContext
@@ -20,7 +24,7 @@ from lakehouse.pipelines.shop.generator import Mix, generate
 from lakehouse.streaming.health import stream_health
 from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.lake_files import has_delta_log
-from lakehouse.streaming.one_hop import checkpoint as one_hop_checkpoint
+from lakehouse.streaming.topic_query import checkpoint as topic_checkpoint
 from lakehouse.streaming.positions import parse_metadata, read_text
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.runner import run_flow
@@ -28,7 +32,7 @@ from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
 
-FLOWS = [BY_NAME["bronze_orders"], BY_NAME["silver_orders"]]
+FLOWS = [BY_NAME["bronze_orders"], BY_NAME["silver_orders"], BY_NAME["gold_revenue_per_minute"]]
 MIX = Mix(duplicate=0.05, malformed=0.05, late=0.0, out_of_order=0.0)
 
 
@@ -54,6 +58,18 @@ class Sent:
     def valid_ids(self) -> set:
         return {r.event["event_id"] for r in self.records if r.topic == shop.ORDERS.topic_spec.name and r.kind == "valid"}
 
+    def revenue(self) -> dict:
+        """(minute, currency) -> [revenue, orders, items] over the valid orders sent (no late or early ones)."""
+        out: dict = defaultdict(lambda: [0, 0, 0])
+        for r in self.records:
+            if r.topic == shop.ORDERS.topic_spec.name and r.kind == "valid":
+                at = datetime.fromisoformat(r.event["occurred_at"].replace("Z", "+00:00")).astimezone(timezone.utc)
+                acc = out[(at.strftime("%Y-%m-%dT%H:%M"), r.event["currency"])]
+                acc[0] += r.event["total_cents"]
+                acc[1] += 1
+                acc[2] += sum(line["quantity"] for line in r.event["lines"])
+        return dict(out)
+
 
 def rows(spark, spec, ctx, *cols):
     path = spec.path(ctx.lake_root)
@@ -71,10 +87,10 @@ def quarantined(spark, ctx):
 
 
 class Running:
-    """A one-hop Supervisor on its own thread, over the test's Spark session."""
+    """A Supervisor running one query per topic on its own thread, over the test's Spark session."""
 
     def __init__(self, spark, ctx):
-        self.supervisor = Supervisor(spark, FLOWS, ctx, one_hop=True, record_metrics=False, backoff_s=0.5)
+        self.supervisor = Supervisor(spark, FLOWS, ctx, one_query_per_topic=True, record_metrics=False, backoff_s=0.5)
         self.stop = threading.Event()
         self.error: list[BaseException] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -101,16 +117,21 @@ class Running:
         assert not self.thread.is_alive() and not self.error, self.error
 
 
-def test_one_hop_stream_writes_both_layers_recovers_a_cut_batch_and_hands_over(spark, broker, tmp_path, monkeypatch):
+def test_topic_query_writes_every_layer_recovers_a_cut_batch_lets_a_failed_member_go_and_hands_over(spark, broker, tmp_path, monkeypatch):
     settings = broker
     ensure_topics(settings.kafka_bootstrap, topics.ALL)
     ctx = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=settings.kafka_bootstrap)
     sent = Sent(settings)
     silver_path = shop.ORDERS.silver_table.path(ctx.lake_root)
 
+    def revenue() -> dict:
+        got = rows(spark, shop.GOLD_REVENUE_PER_MINUTE, ctx, F.date_format("window_start", "yyyy-MM-dd'T'HH:mm"),
+                   "currency", "revenue_cents", "orders", "items")
+        return {(m, c): [r, o, i] for m, c, r, o, i in got}
+
     def complete() -> bool:
         return ({r[0] for r in rows(spark, shop.ORDERS.silver_table, ctx, "event_id")} == sent.valid_ids()
-                and set(quarantined(spark, ctx)) == sent.coords("malformed"))
+                and set(quarantined(spark, ctx)) == sent.coords("malformed") and revenue() == sent.revenue())
 
     def exact() -> None:
         bronze = rows(spark, shop.ORDERS.bronze_table, ctx, "topic", "partition", "offset")
@@ -119,28 +140,39 @@ def test_one_hop_stream_writes_both_layers_recovers_a_cut_batch_and_hands_over(s
         assert len(ids) == len(set(ids)) and set(ids) == sent.valid_ids()
         cut = quarantined(spark, ctx)
         assert len(cut) == len(set(cut)) and set(cut) == sent.coords("malformed")
+        assert revenue() == sent.revenue()
 
-    # 1. Before the stream: a catch-up by the flows' own queries (what the one-hop start takes over from).
+    # 1. Before the stream: a catch-up by the flows' own queries (what the topic query's start takes over from).
     sent.send(61, 0)
     for flow in FLOWS:
         run_flow(spark, flow, ctx)
     exact()
     silver_before = commits_after(spark, silver_path, None)[-1].version
 
-    # 2. One hop: events sent while it runs reach bronze and silver through its own batches.
+    # 2. One query: events sent while it runs reach bronze, silver and gold through its own batches.
+    gold_path = shop.GOLD_REVENUE_PER_MINUTE.path(ctx.lake_root)
+    gold_before = commits_after(spark, gold_path, None)[-1].version
     stream = Running(spark, ctx)
-    stream.wait(lambda: "silver_orders" in stream.supervisor.active(), "the one-hop query to start")
+    stream.wait(lambda: "silver_orders" in stream.supervisor.active(), "the topic query to start")
     sent.send(62, 10)
     stream.wait(complete, "phase 2 in silver and quarantine")
     exact()
     # Silver's commits record, in the silver flow's own form, the one bronze version each batch read.
-    query = query_id(spark, one_hop_checkpoint(FLOWS[1], ctx))
+    query = query_id(spark, topic_checkpoint(FLOWS[1], ctx))
     records = [parse_metadata(c.user_metadata) for c in commits_after(spark, silver_path, silver_before)]
     assert records and all(r["flow"] == "silver_orders" and r["query"] == query and r["sources"]["bronze_orders"]["version"]
                            == r["from"]["bronze_orders"]["version"] + 1 for r in records)
-    assert stream.supervisor.active() == ["bronze_orders", "silver_orders"]
-    # What `lakehouse status` and the lag checks read: both flows caught up, from the one-hop checkpoint.
-    stream.wait(lambda: all(h.caught_up for h in stream_health(FLOWS, ctx)), "both flows caught up in the health")
+    # Gold's commits record the one silver version each batch read, which silver's commit of that batch made.
+    silver_of = {(r["query"], r["batch"]): c.version for c in commits_after(spark, silver_path, silver_before)
+                 if (r := parse_metadata(c.user_metadata))}
+    golds = [r for c in commits_after(spark, gold_path, gold_before) if (r := parse_metadata(c.user_metadata))
+             and r.get("flow") == "gold_revenue_per_minute" and "sources" in r]
+    assert golds and all(r["query"] == query and r["from"]["silver_orders"]["version"] == silver_of[(query, r["batch"])]
+                         for r in golds)
+    assert stream.supervisor.active() == [f.name for f in FLOWS]
+    assert len(spark.streams.active) == 1
+    # What `lakehouse status` and the lag checks read: every flow caught up, from the topic query's checkpoint.
+    stream.wait(lambda: all(h.caught_up for h in stream_health(FLOWS, ctx)), "every flow caught up in the health")
 
     # 3. A batch cut short after its quarantine append, before silver's: the query fails, the restart hands
     # over through the flows (silver replays the batch; Delta skips its quarantine append) and goes on.
@@ -166,21 +198,44 @@ def test_one_hop_stream_writes_both_layers_recovers_a_cut_batch_and_hands_over(s
     assert cut, "no batch wrote quarantine rows"
     stream.wait(complete, "the cut batch's rows in silver after the restart")
     assert "cut short between quarantine and silver" in stream.supervisor.running["silver_orders"].last_error
-    # The silver flow's catch-up replayed the cut batch under the one-hop query's id and batch number.
+    # The silver flow's catch-up replayed the cut batch under the topic query's id and batch number.
     replayed = [parse_metadata(c.user_metadata) for c in commits_after(spark, silver_path, None)]
     assert any(r["query"] == query and r["batch"] == cut[0][1] and r.get("final") for r in replayed if r and "query" in r)
     sent.send(80, 35)
     stream.wait(complete, "phase 4 after the restart")
+    monkeypatch.setattr(silver_batches, "append_once", real)
+
+    # 3b. A member whose batch fails twice (in the query, then in the restart's catch-up) is left out: the
+    # topic's query goes on with bronze and silver, and the member as its own query from its recorded positions.
+    failed: list[int] = []
+    call = gold_batches.EventTimeWriter.__call__
+
+    def fail_twice(self, batch, batch_id):
+        if len(failed) < 2:
+            failed.append(batch_id)
+            raise ValueError("a member's batch failed")
+        return call(self, batch, batch_id)
+
+    monkeypatch.setattr(gold_batches.EventTimeWriter, "__call__", fail_twice)
+    sent.send(81, 38)
+    stream.wait(lambda: len(failed) == 2 and complete(), "the failed member's rows through its own query")
+    gold = stream.supervisor.running["gold_revenue_per_minute"]
+    assert gold.carried_by is None    # left out of the topic's query
+    assert "gold_revenue_per_minute failed in the query of shop.orders.v1" in \
+        stream.supervisor.running["silver_orders"].last_error
+    stream.wait(lambda: len(spark.streams.active) == 2, "the topic's query and the member's own")
+    sent.send(82, 40)
+    stream.wait(complete, "phase 3b's second send")
     stream.close()
     exact()
     assert not any(q.isActive for q in spark.streams.active)
 
-    # 4. The flows' own queries take over where the one-hop query stopped: silver's checkpoint is rebuilt
-    # from the one-hop query's records (its id), not started over.
-    last = query_id(spark, one_hop_checkpoint(FLOWS[1], ctx))
+    # 4. The flows' own queries take over where the topic query stopped: silver's checkpoint is rebuilt
+    # from the topic query's records (its id), not started over.
+    last = query_id(spark, topic_checkpoint(FLOWS[1], ctx))
     held = len(sent.coords())
     sent.send(72, 50)
-    assert [h.lag_records for h in stream_health(FLOWS, ctx)] == [len(sent.coords()) - held] * 2
+    assert [h.lag_records for h in stream_health(FLOWS[:2], ctx)] == [len(sent.coords()) - held] * 2
     for flow in FLOWS:
         run_flow(spark, flow, ctx)
     exact()
