@@ -307,8 +307,8 @@ def drill_mix() -> Any:
 def newest_batches(flows: Iterable[Any], lake_root: str) -> dict[str, float]:
     """When each flow last committed a micro-batch (its commit file's mtime; -1: none yet).
 
-    A time, not a batch id: with LAKEHOUSE_STREAM_ONE_HOP a topic's bronze and silver flows commit in the
-    one-hop query's checkpoint (streaming/one_hop.py), which starts again at batch 0 at each start.
+    A time, not a batch id: a topic's flows commit in its query's checkpoint (streaming/topic_query.py),
+    which starts again at batch 0 at each start.
     """
     from lakehouse.streaming.context import FlowContext
     from lakehouse.streaming.topic_query import covering
@@ -876,8 +876,9 @@ def _parser(name: str) -> argparse.ArgumentParser:
     p.add_argument("--tables", nargs="+", default=list(DEFAULT_TABLES), metavar="TABLE",
                    help=f"tables to stream (default: {' '.join(DEFAULT_TABLES)})")
     p.add_argument("--quality", action="store_true", help="run the quality checks in the stream (default: off)")
-    p.add_argument("--one-hop", action="store_true",
-                   help="the stream with LAKEHOUSE_STREAM_ONE_HOP=true: each topic's bronze and silver as one query")
+    p.add_argument("--query-per-flow", action="store_true",
+                   help="the stream with LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC=false: one query per flow, as before "
+                        "the default became one query per topic")
     p.add_argument("--keep", action="store_true", help="keep the state folder (kept anyway when the drill fails)")
     return p
 
@@ -913,8 +914,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     report: DrillReport | None = None
     extra = {} if not args.quality else {"LAKEHOUSE_QUALITY": "true"}
-    if args.one_hop:
-        extra["LAKEHOUSE_STREAM_ONE_HOP"] = "true"
+    if args.query_per_flow:
+        extra["LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC"] = "false"
     try:
         from lakehouse.schemas import topics
         from lakehouse.streaming.kafka_topics import ensure_topics

@@ -1,7 +1,7 @@
 """Bench: how fresh `lakehouse stream` keeps silver and gold at a fixed production rate (send -> visible delay).
 
     .venv/bin/python -m bench.freshness [--rates 1000,5000,20000] [--minutes 3] [--warm-up 30] [--quick]
-                                        [--tables TABLE ... | --floor [--hops N | --work [--exactly-once]]] [--one-hop]
+                                        [--tables TABLE ... | --floor [--hops N | --work [--exactly-once]]] [--query-per-flow]
                                         [--record] [--no-record]
 
 Issue 9, item 5. For each rate (events per second), in a fresh temporary folder:
@@ -1226,9 +1226,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exactly-once", action="store_true",
                         help="with --work: each of the floor's writes carries Delta's txn app id and version, as the "
                              "flows' writes do; recorded as the scope 'floor, same work, exactly once'")
-    parser.add_argument("--one-hop", action="store_true",
-                        help="the stream with LAKEHOUSE_STREAM_ONE_HOP=true: each topic's bronze and silver flows as "
-                             "one query (streaming/one_hop.py)")
+    parser.add_argument("--query-per-flow", action="store_true",
+                        help="the stream with LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC=false: one query per flow instead "
+                             "of one per topic (streaming/topic_query.py), the default before")
     parser.add_argument("--seed", type=int, default=harness.SEED)
     harness.recording_options(parser, quick="1000/s, 1 minute, 20 s warm-up")
     args = parser.parse_args(argv)
@@ -1255,16 +1255,16 @@ def main(argv: list[str] | None = None) -> int:
                   else "floor" if args.hops == 1 else f"floor, {args.hops} hops")
                  if args.floor
                  else " ".join(args.tables) or "all")
-    if args.one_hop and not args.floor:
-        os.environ["LAKEHOUSE_STREAM_ONE_HOP"] = "true"   # the stream's process inherits it
-    one_hop = Settings.from_env().stream_one_hop and not args.floor
-    if one_hop:
-        scope += ", each topic's bronze and silver flows as one query (LAKEHOUSE_STREAM_ONE_HOP)"
-        scope_key += ", one hop"
+    if args.query_per_flow and not args.floor:
+        os.environ["LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC"] = "false"   # the stream's process inherits it
+    per_topic = Settings.from_env().stream_one_query_per_topic and not args.floor
+    if per_topic:
+        scope += ", one query per topic (LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC)"
+        scope_key += ", per topic"
     result: dict[str, Any] = {
         "bench": NAME, "date": harness.utc_now().isoformat(timespec="seconds"), "machine": harness.machine(),
         "command": harness.command_line("bench.freshness", argv), "scope": scope, "tables": args.tables,
-        "hops": args.hops, "work": args.work, "exactly_once": args.exactly_once, "one_hop": one_hop, "minutes": args.minutes, "warm_up_s": args.warm_up, "start_limit_s": args.start_limit,
+        "hops": args.hops, "work": args.work, "exactly_once": args.exactly_once, "one_query_per_topic": per_topic, "minutes": args.minutes, "warm_up_s": args.warm_up, "start_limit_s": args.start_limit,
         # the stream's processes inherit this environment: its LAKEHOUSE_STREAM_TRIGGERS apply to them
         "trigger": defaults.stream_trigger + "".join(f", {name} every {every}" for name, every in
                                                      Settings.from_env().stream_triggers.items()),

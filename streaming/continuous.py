@@ -132,7 +132,18 @@ class Supervisor:
         self.totals: dict[str, int] = {}        # rows written per flow since the stream started
         self._lock = threading.Lock()
         self.recorder = ProgressRecorder(ctx.lake_root, mode="continuous", on_progress=self._progress,
-                                         keep=record_metrics)
+                                         keep=record_metrics, flows_of=self.flows_of)
+
+    def flows_of(self, row: dict[str, Any]) -> list[str]:
+        """The flows the query of a progress row runs: a topic's query runs its bronze flow and members too.
+
+        The catch-ups before a topic's query starts are queries of the flows' own names: each is just its flow.
+        """
+        entry = self.running.get(row["query"])
+        query = entry.query if entry is not None else None
+        if entry is None or entry.group is None or query is None or str(query.runId) != row["run_id"]:
+            return [row["query"]]
+        return [entry.group.bronze.name, row["query"], *entry.members]
 
     # -- progress, on Spark's listener thread
     def _progress(self, row: dict[str, Any]) -> None:
@@ -140,8 +151,7 @@ class Supervisor:
         if entry is None:
             return
         # A topic query's batch is also its bronze flow's and its members'.
-        flows = [entry.flow] if entry.group is None else [
-            entry.group.bronze, entry.flow, *(self.running[m].flow for m in entry.members)]
+        flows = [self.running[name].flow for name in self.flows_of(row) if name in self.running]
         with self._lock:
             for flow in flows:
                 rep = self.reports.setdefault(flow.name, TableReport(flow.target.name, flow.name))
@@ -229,6 +239,10 @@ class Supervisor:
                                     trigger=trigger)
         entry.query, entry.writer = started.query, started.writer
         entry.members = list(started.writer.members)
+        for name, run in started.caught_up.items():   # the catch-ups' rows count as the stream's
+            done = self.running[name]
+            quarantined = run.silver.quarantined if run.silver is not None else 0
+            done.written = (done.written[0] + run.rows_written, done.written[1] + quarantined)
         for name in entry.members:
             self.running[name].writer = started.writer.members[name].writer
         for name, why in started.left_out.items():

@@ -91,16 +91,19 @@ class ProgressRecorder(StreamingQueryListener):
 
     Spark calls the listener on its own thread: it only buffers. `flush` writes the buffer as one Delta
     append (a micro-batch of metrics), so recording costs one small write every few seconds, not one per batch.
-    `on_progress` also sees every row as it arrives (the stream's reporter).
+    `on_progress` also sees every row as it arrives (the stream's reporter). `flows_of` names the flows a
+    query runs (a topic's query runs several): each gets the query's row under its own name, so the table
+    holds one row per flow and batch however the flows were grouped into queries.
     """
 
     def __init__(self, lake_root: str, *, mode: str, on_progress: Callable[[dict[str, Any]], None] | None = None,
-                 idle_too: bool = False, keep: bool = True):
+                 idle_too: bool = False, keep: bool = True, flows_of: Callable[[dict], list[str]] | None = None):
         self.path = STREAM_PROGRESS.path(lake_root)
         self.mode = mode
         self.on_progress = on_progress
         self.idle_too = idle_too          # record batches that read nothing (continuous mode polls every trigger)
         self.keep = keep                  # False: only forward rows to on_progress, write nothing
+        self.flows_of = flows_of
         self._rows: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
@@ -116,8 +119,9 @@ class ProgressRecorder(StreamingQueryListener):
         if self.on_progress is not None:
             self.on_progress(row)
         if self.keep and (row["input_rows"] or self.idle_too):
+            names = self.flows_of(row) if self.flows_of is not None else [row["query"]]
             with self._lock:
-                self._rows.append(row)
+                self._rows.extend({**row, "query": name} for name in names)
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
         pass

@@ -50,7 +50,7 @@ from lakehouse.streaming import flows as flow_registry
 from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.lake_files import delete_tree, has_delta_log
 from lakehouse.streaming.positions import StreamBinding, commit_metadata, parse_metadata
-from lakehouse.streaming.runner import after_bronze, first_line, in_flow_pool, run_flow
+from lakehouse.streaming.runner import FlowRun, after_bronze, first_line, in_flow_pool, run_flow
 from lakehouse.streaming.sinks import append_once
 from lakehouse.streaming.sources import read_kafka_stream
 
@@ -201,6 +201,7 @@ class Started:
     query: StreamingQuery
     writer: TopicWriter
     left_out: dict[str, str] = field(default_factory=dict)
+    caught_up: dict[str, FlowRun] = field(default_factory=dict)   # what each flow's catch-up before it did
 
 
 def start_topic_query(spark: SparkSession, group: TopicGroup, ctx: FlowContext, *, trigger: dict[str, Any]) -> Started:
@@ -208,8 +209,7 @@ def start_topic_query(spark: SparkSession, group: TopicGroup, ctx: FlowContext, 
     bronze, silver = group.bronze, group.silver
     log.info("flows %s catch up before one query takes them over (from %s)",
              ", ".join(f.name for f in (bronze, silver, *group.members)), bronze.source.name)
-    for flow in (bronze, silver):
-        run_flow(spark, flow, ctx)
+    caught_up = {flow.name: run_flow(spark, flow, ctx) for flow in (bronze, silver)}
     members, left_out = [], {}
     for flow in group.members:
         missing = [t.name for t in flow.lookups if not has_delta_log(spark, t.path(ctx.lake_root))]
@@ -217,7 +217,7 @@ def start_topic_query(spark: SparkSession, group: TopicGroup, ctx: FlowContext, 
             left_out[flow.name] = f"{', '.join(missing)} does not exist yet"
             continue
         try:
-            run_flow(spark, flow, ctx)
+            caught_up[flow.name] = run_flow(spark, flow, ctx)
         except Exception as exc:  # noqa: BLE001 - the member runs as its own query, which reports its failure
             left_out[flow.name] = first_line(exc)
             continue
@@ -232,4 +232,4 @@ def start_topic_query(spark: SparkSession, group: TopicGroup, ctx: FlowContext, 
                     .trigger(**trigger).foreachBatch(writer))
     query = in_flow_pool(spark, silver, query_writer.start)
     log.info("one query now writes %s, from %s", ", ".join(f.target.name for f in (bronze, silver, *members)), said)
-    return Started(query, writer, left_out)
+    return Started(query, writer, left_out, caught_up)

@@ -78,6 +78,13 @@ def rows(spark, spec, ctx, *cols):
     return [tuple(r) for r in spark.read.format("delta").load(path).select(*cols).collect()]
 
 
+def ids_in(spark, path: str, after_version: int) -> list:
+    """Event ids the table's commits after `after_version` added."""
+    now = spark.read.format("delta").load(path).select("event_id")
+    return [r[0] for r in now.subtract(spark.read.format("delta").option("versionAsOf", after_version).load(path)
+                                       .select("event_id")).collect()]
+
+
 def query_id(spark, checkpoint: str) -> str:
     return json.loads(read_text(spark, f"{checkpoint}/metadata"))["id"]
 
@@ -90,7 +97,9 @@ class Running:
     """A Supervisor running one query per topic on its own thread, over the test's Spark session."""
 
     def __init__(self, spark, ctx):
-        self.supervisor = Supervisor(spark, FLOWS, ctx, one_query_per_topic=True, record_metrics=False, backoff_s=0.5)
+        self.reports: list = []
+        self.supervisor = Supervisor(spark, FLOWS, ctx, one_query_per_topic=True, record_metrics=False, backoff_s=0.5,
+                                     report=self.reports.extend, report_every_s=1.0)
         self.stop = threading.Event()
         self.error: list[BaseException] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -171,6 +180,13 @@ def test_topic_query_writes_every_layer_recovers_a_cut_batch_lets_a_failed_membe
                          for r in golds)
     assert stream.supervisor.active() == [f.name for f in FLOWS]
     assert len(spark.streams.active) == 1
+    # What Dagster is sent: each table's own report, with the rows its writer wrote.
+    stream.wait(lambda: {r.table for r in stream.reports if r.rows_written} == {f.target.name for f in FLOWS},
+                "a report with rows from each table")
+    written = defaultdict(int)
+    for r in stream.reports:
+        written[r.table] += r.rows_written
+    assert written["silver_orders"] == len(ids_in(spark, silver_path, silver_before))
     # What `lakehouse status` and the lag checks read: every flow caught up, from the topic query's checkpoint.
     stream.wait(lambda: all(h.caught_up for h in stream_health(FLOWS, ctx)), "every flow caught up in the health")
 
