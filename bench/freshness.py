@@ -877,7 +877,7 @@ def analyse(lake: Path, silver_tables: Sequence[str], has_gold: bool, start: flo
         "trend": trend(sent, commit_s, start, end),
     }
     if has_gold and orders is not None:
-        gold = delta_log(Path(table_specs.GOLD_REVENUE_PER_MINUTE.path(str(lake))))
+        gold = delta_log(Path(shop.GOLD_REVENUE_PER_MINUTE.path(str(lake))))
         late = late_of(GOLD_TABLE, False)
         keep = np.array([(t, int(p), int(o)) not in late for t, p, o in
                          zip(orders["topic"], orders["partition"], orders["offset"])], dtype=bool)

@@ -104,7 +104,7 @@ def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
     supervisor = Supervisor(
         spark, flows, ctx, trigger=settings.stream_trigger, triggers=settings.stream_triggers, report=report,
         report_every_s=duration_micros(settings.stream_report_every) / 1e6, max_failures=settings.stream_max_restarts,
-        one_query_per_topic=settings.stream_one_query_per_topic,
+        one_query_per_topic=settings.stream_one_query_per_topic, catch_up_parallel=settings.catch_up_parallel,
     )
     stop = threading.Event()
 

@@ -17,11 +17,13 @@ from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.health import latest_version
 from lakehouse.streaming.kafka_topics import KafkaUnreachable
+from lakehouse.streaming.parallel_runs import run_flows
 from lakehouse.streaming.topic_query import TopicGroup, start_topic_query, topic_groups
 from lakehouse.streaming.progress import ProgressRecorder
 from lakehouse.streaming.fingerprints import DefinitionChanged
 from lakehouse.streaming.runner import (
-    BrokerWatchdog, KafkaLost, QualityStopped, _raise_if_kafka_lost, _raise_if_quality_breach, first_line, start_flow,
+    BrokerWatchdog, FlowRun, KafkaLost, QualityStopped, _raise_if_kafka_lost, _raise_if_quality_breach, first_line,
+    start_flow,
 )
 
 log = logging.getLogger(__name__)
@@ -110,7 +112,8 @@ class Supervisor:
                  triggers: Mapping[str, str] | None = None, report: Callable[[list[TableReport]], None] | None = None,
                  report_every_s: float = 5.0,
                  metrics_every_s: float = 10.0, max_failures: int = 5, backoff_s: float = 2.0,
-                 backoff_max_s: float = 60.0, record_metrics: bool = True, one_query_per_topic: bool = False):
+                 backoff_max_s: float = 60.0, record_metrics: bool = True, one_query_per_topic: bool = False,
+                 catch_up_parallel: int = 3):
         self.spark = spark
         self.ctx = ctx
         self.trigger = trigger
@@ -128,11 +131,27 @@ class Supervisor:
                 self.running[silver].group = group
                 for flow in (group.bronze, *group.members):
                     self.running[flow.name].carried_by = silver
+        self.catch_up_parallel = catch_up_parallel
+        self._caught_up: dict[str, FlowRun] = {}   # the start's catch-up of the topic queries' flows, used once
         self.reports: dict[str, TableReport] = {}
         self.totals: dict[str, int] = {}        # rows written per flow since the stream started
         self._lock = threading.Lock()
         self.recorder = ProgressRecorder(ctx.lake_root, mode="continuous", on_progress=self._progress,
                                          keep=record_metrics, flows_of=self.flows_of)
+
+    def plan(self) -> str:
+        """How the flows are grouped into queries, in one sentence for the start-up log."""
+        queries = [e for e in self.running.values() if e.carried_by is None or e.group is not None]
+        said = []
+        for entry in queries:
+            if entry.group is not None:
+                names = [f.name for f in (entry.group.bronze, entry.flow, *entry.group.members)]
+                said.append(f"{entry.group.bronze.source.name} ({', '.join(names)})")
+            else:
+                said.append(entry.flow.name)
+        return (f"{len(self.running)} flows as {len(queries)} queries, each a micro-batch every "
+                f"{self.trigger}{' unless its layer or flow sets another' if self.triggers else ''}: "
+                + "; ".join(said))
 
     def flows_of(self, row: dict[str, Any]) -> list[str]:
         """The flows the query of a progress row runs: a topic's query runs its bronze flow and members too.
@@ -170,7 +189,9 @@ class Supervisor:
     # -- the loop
     def run(self, stop: threading.Event) -> None:
         """Start the flows and keep them running until `stop` is set; raises StreamFailed if one keeps failing."""
+        log.info("%s", self.plan())
         self.spark.streams.addListener(self.recorder)
+        self._catch_up_topic_flows()
         next_report = time.monotonic() + self.report_every_s
         next_flush = time.monotonic() + self.metrics_every_s
         try:
@@ -228,15 +249,33 @@ class Supervisor:
         for flow in together:
             others = [f.name for f in together if f is not flow]
             log.info("flow %s is streaming into %s (trigger every %s)%s%s", flow.name, flow.target.name,
-                     self.trigger_of(entry.flow), "".join(f" in one query with {name}" for name in others),
+                     self.trigger_of(entry.flow), f" in one query with {', '.join(others)}" if others else "",
                      f", after {entry.failures} failure(s)" if entry.failures else "")
+
+    def _catch_up_topic_flows(self) -> None:
+        """Catch up every flow the topic queries will run, several at once, before any query starts.
+
+        Each topic query hands over from its flows' own queries; done one topic at a time while the
+        queries started before it run, these catch-ups took a minute or more on two cores. A flow whose
+        catch-up fails is caught up again by its topic query's start, which decides what to do about it.
+        """
+        carried = [e.flow for e in self.running.values() if e.carried_by is not None or e.group is not None]
+        if not carried:
+            return
+        log.info("catching up the %d flows the topic queries will run, %d at once", len(carried),
+                 self.catch_up_parallel)
+        for outcome in run_flows(self.spark, carried, self.ctx, parallel=self.catch_up_parallel):
+            if outcome.error is None and isinstance(outcome.run, FlowRun):
+                self._caught_up[outcome.flow.name] = outcome.run
 
     def _start_topic_query(self, entry: _Running, trigger: dict[str, str]) -> None:
         """Start a topic's query over the members still carried by it; those it leaves out start on their own."""
         group = entry.group
         carried = tuple(f for f in group.members if self.running[f.name].carried_by == entry.flow.name)
+        names = {f.name for f in (group.bronze, group.silver, *carried)}
+        caught_up = {name: self._caught_up.pop(name) for name in names if name in self._caught_up}
         started = start_topic_query(self.spark, TopicGroup(group.bronze, group.silver, carried), self.ctx,
-                                    trigger=trigger)
+                                    trigger=trigger, caught_up=caught_up)
         entry.query, entry.writer = started.query, started.writer
         entry.members = list(started.writer.members)
         for name, run in started.caught_up.items():   # the catch-ups' rows count as the stream's

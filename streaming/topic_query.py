@@ -204,12 +204,19 @@ class Started:
     caught_up: dict[str, FlowRun] = field(default_factory=dict)   # what each flow's catch-up before it did
 
 
-def start_topic_query(spark: SparkSession, group: TopicGroup, ctx: FlowContext, *, trigger: dict[str, Any]) -> Started:
-    """Hand over from the flows (each catches up, their checkpoints dropped), then start the topic's query."""
+def start_topic_query(spark: SparkSession, group: TopicGroup, ctx: FlowContext, *, trigger: dict[str, Any],
+                      caught_up: dict[str, FlowRun] | None = None) -> Started:
+    """Hand over from the flows (each catches up, their checkpoints dropped), then start the topic's query.
+
+    `caught_up`: flows that have just caught up (the stream's start catches every flow up at once), with
+    their runs; they are not run again.
+    """
     bronze, silver = group.bronze, group.silver
-    log.info("flows %s catch up before one query takes them over (from %s)",
-             ", ".join(f.name for f in (bronze, silver, *group.members)), bronze.source.name)
-    caught_up = {flow.name: run_flow(spark, flow, ctx) for flow in (bronze, silver)}
+    done = dict(caught_up or {})
+    todo = [f.name for f in (bronze, silver, *group.members) if f.name not in done]
+    if todo:
+        log.info("flows %s catch up before one query takes them over (from %s)", ", ".join(todo), bronze.source.name)
+    caught_up = {flow.name: done.get(flow.name) or run_flow(spark, flow, ctx) for flow in (bronze, silver)}
     members, left_out = [], {}
     for flow in group.members:
         missing = [t.name for t in flow.lookups if not has_delta_log(spark, t.path(ctx.lake_root))]
@@ -217,7 +224,7 @@ def start_topic_query(spark: SparkSession, group: TopicGroup, ctx: FlowContext, 
             left_out[flow.name] = f"{', '.join(missing)} does not exist yet"
             continue
         try:
-            caught_up[flow.name] = run_flow(spark, flow, ctx)
+            caught_up[flow.name] = done.get(flow.name) or run_flow(spark, flow, ctx)
         except Exception as exc:  # noqa: BLE001 - the member runs as its own query, which reports its failure
             left_out[flow.name] = first_line(exc)
             continue
