@@ -104,8 +104,8 @@ class Supervisor:
     - `stop` lets each query finish the micro-batch it is in, then stops it: offsets and commits stay
       consistent, and the writers' idempotent commits make a replayed batch harmless after a kill.
     - With `one_query_per_topic`, each topic's bronze and silver flows and the flows that read only its
-      silver run as one query (streaming/topic_query.py), which reports as each of them. A member that
-      fails in it is let go and runs as its own query from then on.
+      silver run as one query (streaming/topic_query.py), which reports as each of them. A member whose
+      batch fails fails the query; if its catch-up at the restart fails too, it runs as its own query.
     """
 
     def __init__(self, spark: SparkSession, flows: Iterable[Flow], ctx: FlowContext, *, trigger: str = "1 second",
