@@ -131,6 +131,9 @@ def compact_table(spark: SparkSession, spec: TableSpec, lake_root: str, *, busy:
     before = layout(spark, path)
     result.files_before, result.bytes_before = before.files, before.bytes
     result.files_after, result.bytes_after = before.files, before.bytes
+    if before.files == 0:
+        result.reason = "empty: nothing to compact"
+        return result
     if rewritten_in_place(spark, path):
         writers = running_writers(spark, spec)
         reason = (f"its writer {', '.join(writers)} is running in this process" if writers

@@ -876,9 +876,8 @@ def _parser(name: str) -> argparse.ArgumentParser:
     p.add_argument("--tables", nargs="+", default=list(DEFAULT_TABLES), metavar="TABLE",
                    help=f"tables to stream (default: {' '.join(DEFAULT_TABLES)})")
     p.add_argument("--quality", action="store_true", help="run the quality checks in the stream (default: off)")
-    p.add_argument("--query-per-flow", action="store_true",
-                   help="the stream with LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC=false: one query per flow, as before "
-                        "the default became one query per topic")
+    p.add_argument("--query-per-topic", action="store_true",
+                   help="the stream with LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC=true: each topic's flows as one query")
     p.add_argument("--keep", action="store_true", help="keep the state folder (kept anyway when the drill fails)")
     return p
 
@@ -914,8 +913,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     report: DrillReport | None = None
     extra = {} if not args.quality else {"LAKEHOUSE_QUALITY": "true"}
-    if args.query_per_flow:
-        extra["LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC"] = "false"
+    if args.query_per_topic:
+        extra["LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC"] = "true"
     try:
         from lakehouse.schemas import topics
         from lakehouse.streaming.kafka_topics import ensure_topics

@@ -1,7 +1,7 @@
 """Bench: how fresh `lakehouse stream` keeps silver and gold at a fixed production rate (send -> visible delay).
 
     .venv/bin/python -m bench.freshness [--rates 1000,5000,20000] [--minutes 3] [--warm-up 30] [--quick]
-                                        [--tables TABLE ... | --floor [--hops N | --work [--exactly-once]]] [--query-per-flow]
+                                        [--tables TABLE ... | --floor [--hops N | --work [--exactly-once]]] [--query-per-topic]
                                         [--record] [--no-record]
 
 Issue 9, item 5. For each rate (events per second), in a fresh temporary folder:
@@ -1226,9 +1226,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exactly-once", action="store_true",
                         help="with --work: each of the floor's writes carries Delta's txn app id and version, as the "
                              "flows' writes do; recorded as the scope 'floor, same work, exactly once'")
-    parser.add_argument("--query-per-flow", action="store_true",
-                        help="the stream with LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC=false: one query per flow instead "
-                             "of one per topic (streaming/topic_query.py), the default before")
+    parser.add_argument("--query-per-topic", action="store_true",
+                        help="the stream with LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC=true: one query per topic "
+                             "(streaming/topic_query.py) instead of one per flow")
     parser.add_argument("--seed", type=int, default=harness.SEED)
     harness.recording_options(parser, quick="1000/s, 1 minute, 20 s warm-up")
     args = parser.parse_args(argv)
@@ -1255,8 +1255,8 @@ def main(argv: list[str] | None = None) -> int:
                   else "floor" if args.hops == 1 else f"floor, {args.hops} hops")
                  if args.floor
                  else " ".join(args.tables) or "all")
-    if args.query_per_flow and not args.floor:
-        os.environ["LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC"] = "false"   # the stream's process inherits it
+    if args.query_per_topic and not args.floor:
+        os.environ["LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC"] = "true"   # the stream's process inherits it
     per_topic = Settings.from_env().stream_one_query_per_topic and not args.floor
     if per_topic:
         scope += ", one query per topic (LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC)"

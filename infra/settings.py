@@ -289,8 +289,8 @@ class Settings:
         "name=duration;name=duration. A flow's own entry wins over its layer's; a slower layer leaves the "
         "driver's cores to the others.", TRIGGERS)
     stream_one_query_per_topic: bool = _setting(
-        True, "`lakehouse stream` runs each topic's bronze and silver flows, and the tables that read only that "
-        "silver table, as one query: each micro-batch reaches all of them in one batch. false: one query per flow.",
+        False, "`lakehouse stream` runs each topic's bronze and silver flows, and the tables that read only that "
+        "silver table, as one query: each micro-batch reaches all of them in one batch. Off: one query per flow.",
         BOOLEAN)
     stream_report_every: str = _setting(
         "5 seconds", "How often `lakehouse stream` reports each table's progress to Dagster.", DURATION)

@@ -31,6 +31,8 @@ KAFKA_COLUMNS = T.StructType([
         T.StructField("key", T.StringType()), T.StructField("value", T.BinaryType())]))),
 ])
 
+SHARED_TABLES = (QUARANTINE, LATE_ARRIVALS, QUALITY_RESULTS, STREAM_PROGRESS)
+
 _creating = threading.Lock()
 
 
@@ -61,8 +63,7 @@ def ensure_shared_tables(spark: SparkSession, lake_root: str, schema: EventSchem
     its commit or this one is refused, and the table then exists either way.
     """
     with _creating:
-        missing = [t for t in (QUARANTINE, LATE_ARRIVALS, QUALITY_RESULTS, STREAM_PROGRESS)
-                   if not has_delta_log(spark, t.path(lake_root))]
+        missing = [t for t in SHARED_TABLES if not has_delta_log(spark, t.path(lake_root))]
         if not missing:
             return []
         if schema is None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lakehouse.streaming.shared_tables import SHARED_TABLES
 from tests.e2e.test_cli_commands import LAKEHOUSE, _end_offsets, environment, lakehouse
 
 
@@ -81,8 +82,9 @@ def test_serve_answers_sql_and_history_and_sees_tables_created_after_it_started(
         text = log.read_text()
         assert WARMED in text and text.index(WARMED) < text.index("ran a catch_up step in"), text[-3000:]
         assert not (Path(home) / "serve-warm-up").exists()
-        in_silver = {p.name for p in (Path(home) / "lake" / "silver").iterdir()}   # the run's own stream_progress
-        assert in_silver <= {"stream_progress"} and not (Path(home) / "lake" / "gold").exists(), in_silver
+        # The run's own shared tables (created empty before its flow wrote), and no silver or gold table.
+        in_silver = {p.name for p in (Path(home) / "lake" / "silver").iterdir()}
+        assert in_silver <= {t.name for t in SHARED_TABLES} and not (Path(home) / "lake" / "gold").exists(), in_silver
 
         query = lakehouse(broker, "sql", "SELECT count(*) AS n FROM bronze_customers", **env)
         assert query.returncode == 0, query.stderr[-2000:]
