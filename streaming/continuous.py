@@ -311,7 +311,6 @@ class Supervisor:
         exc = query.exception()
         if exc is None:
             return f"flow {entry.flow.name} stopped without an error"
-        log.debug("flow %s failed: %s", entry.flow.name, exc)
         try:
             _raise_if_quality_breach(exc)
             _raise_if_kafka_lost(reader, self.ctx, exc)

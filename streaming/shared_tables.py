@@ -55,22 +55,20 @@ def _empty_frames(spark: SparkSession, schema: EventSchema) -> dict[str, DataFra
     }
 
 
-def ensure_shared_tables(spark: SparkSession, lake_root: str, schema: EventSchema | None = None) -> list[str]:
+def ensure_shared_tables(spark: SparkSession, lake_root: str) -> list[str]:
     """Create each shared table that does not exist yet, empty; returns the names of those it created.
 
-    `schema` is any source's event schema (the shared tables' columns do not depend on which); None: the
-    active pipeline's first source. Another process creating the same table at the same time is harmless:
-    its commit or this one is refused, and the table then exists either way.
+    Their columns do not depend on the source, so the active pipeline's first source's schema serves. Another
+    process creating the same table at the same time is harmless: its commit or this one is refused, and the
+    table then exists either way.
     """
     with _creating:
         missing = [t for t in SHARED_TABLES if not has_delta_log(spark, t.path(lake_root))]
         if not missing:
             return []
-        if schema is None:
-            from lakehouse.schemas.pipeline import active_pipeline
+        from lakehouse.schemas.pipeline import active_pipeline
 
-            schema = active_pipeline().sources[0].schema
-        frames = _empty_frames(spark, schema)
+        frames = _empty_frames(spark, active_pipeline().sources[0].schema)
         created = []
         for table in missing:
             path = table.path(lake_root)
