@@ -204,6 +204,21 @@ class Started:
     caught_up: dict[str, FlowRun] = field(default_factory=dict)   # what each flow's catch-up before it did
 
 
+def usable(group: TopicGroup, caught_up: dict[str, FlowRun]) -> dict[str, FlowRun]:
+    """The earlier catch-ups a start may reuse: a flow's only while the flows it reads are not caught up again.
+
+    A flow that catches up again now (its earlier catch-up failed, say while the broker was away) appends
+    rows its readers' earlier catch-ups never saw; the query starts after what bronze holds, so readers
+    not caught up again would never see them.
+    """
+    if group.bronze.name not in caught_up:
+        return {}
+    if group.silver.name not in caught_up:
+        return {group.bronze.name: caught_up[group.bronze.name]}
+    names = {f.name for f in (group.bronze, group.silver, *group.members)}
+    return {name: run for name, run in caught_up.items() if name in names}
+
+
 def start_topic_query(spark: SparkSession, group: TopicGroup, ctx: FlowContext, *, trigger: dict[str, Any],
                       caught_up: dict[str, FlowRun] | None = None) -> Started:
     """Hand over from the flows (each catches up, their checkpoints dropped), then start the topic's query.
@@ -212,7 +227,7 @@ def start_topic_query(spark: SparkSession, group: TopicGroup, ctx: FlowContext, 
     their runs; they are not run again.
     """
     bronze, silver = group.bronze, group.silver
-    done = dict(caught_up or {})
+    done = usable(group, caught_up or {})
     todo = [f.name for f in (bronze, silver, *group.members) if f.name not in done]
     if todo:
         log.info("flows %s catch up before one query takes them over (from %s)", ", ".join(todo), bronze.source.name)

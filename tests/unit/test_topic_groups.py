@@ -7,7 +7,7 @@ import pytest
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.continuous import Supervisor
 from lakehouse.streaming.flows import FLOWS
-from lakehouse.streaming.topic_query import topic_groups
+from lakehouse.streaming.topic_query import topic_groups, usable
 
 pytestmark = pytest.mark.unit
 
@@ -31,3 +31,20 @@ def test_the_stream_says_how_it_groups_the_flows():
     assert grouped.endswith("; gold_sessions; gold_processing_delay; gold_order_payments")
     apart = Supervisor(None, FLOWS, ctx, one_query_per_topic=False, record_metrics=False).plan()
     assert apart.startswith(f"{len(FLOWS)} flows as {len(FLOWS)} queries")
+
+
+def test_a_start_reuses_a_catch_up_only_while_what_it_read_is_not_caught_up_again():
+    """A flow caught up again appends rows its readers' earlier catch-ups never saw: the readers run again too."""
+    group = topic_groups(list(FLOWS))["silver_orders"]
+    every = {f.name: object() for f in (group.bronze, group.silver, *group.members)}
+    assert usable(group, every) == every
+    # Bronze's catch-up failed (the broker went away): it runs again, and so does everything downstream.
+    assert usable(group, {k: v for k, v in every.items() if k != "bronze_orders"}) == {}
+    # Silver's failed: bronze's stands, silver and every member run again.
+    assert usable(group, {k: v for k, v in every.items() if k != "silver_orders"}) == {
+        "bronze_orders": every["bronze_orders"]}
+    # One member's failed: only it runs again (the others read the silver it reads).
+    without = {k: v for k, v in every.items() if k != "gold_revenue_per_minute"}
+    assert usable(group, without) == without
+    # Catch-ups of another topic's flows are not this query's.
+    assert usable(group, {**every, "bronze_payments": object()}) == every
