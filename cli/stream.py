@@ -32,9 +32,10 @@ def running_stream(settings: Settings) -> int | None:
         return None
 
 
-# Measured on two cores: the orders path's 3 flows keep silver seconds fresh, all 22 flows leave it minutes
-# behind (docs/performance.md, "Limits on two cores"). Above this many flows per core, say so.
-FLOWS_PER_CORE = 4
+# Measured on two cores: the orders path's 3 flows keep silver seconds fresh, all 22 flows as their own
+# queries leave it minutes behind (docs/performance.md, "Limits on two cores"). Above this many queries per
+# core, say so.
+QUERIES_PER_CORE = 4
 # Measured with bench.freshness on two cores (docs/performance.md, "Knobs"): every flow kept up.
 SIZED_TRIGGERS = "LAKEHOUSE_STREAM_TRIGGERS='bronze=30 seconds;silver=30 seconds;gold=120 seconds'"
 
@@ -48,12 +49,13 @@ def local_cores(master: str) -> int | None:
     return (os.cpu_count() or 1) if slots == "*" else int(slots or 1)
 
 
-def crowded(master: str, flows: int) -> str | None:
-    """One sentence for a stream with more flows than a local master's cores can serve each second, else None."""
+def crowded(master: str, queries: int, flows: int | None = None) -> str | None:
+    """One sentence for a stream with more queries than a local master's cores can serve each second, else None."""
     cores = local_cores(master)
-    if cores is None or flows <= FLOWS_PER_CORE * cores:
+    if cores is None or queries <= QUERIES_PER_CORE * cores:
         return None
-    return (f"{flows} flows share {cores} core{'s' if cores > 1 else ''} ({master}): their micro-batches will queue "
+    what = f"{queries} queries" + (f" (for {flows} flows)" if flows is not None and flows != queries else "")
+    return (f"{what} share {cores} core{'s' if cores > 1 else ''} ({master}): their micro-batches will queue "
             f"behind each other and silver can fall minutes behind (docs/performance.md); stream only the tables you "
             f"watch (lakehouse stream TABLE ...), give every layer a slower trigger ({SIZED_TRIGGERS} kept all 22 "
             f"flows up with 250 events/s on two cores, silver one to two minutes behind), or run on more cores.")
@@ -72,7 +74,7 @@ def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.orchestration.runs import dagster_instance
     from lakehouse.orchestration.streams import DagsterReporter
     from lakehouse.streaming.context import duration_micros
-    from lakehouse.streaming.continuous import StreamFailed, Supervisor, flows_for
+    from lakehouse.streaming.continuous import StreamFailed, Supervisor, flows_for, query_count
     from lakehouse.streaming.flows import FLOWS
     from lakehouse.streaming.kafka_topics import ensure_topics
     from lakehouse.schemas.topics import TopicSpec
@@ -95,7 +97,7 @@ def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
         ensure_topics(settings.kafka_bootstrap, topics, replication_factor=settings.kafka_replication_factor,
                       replay_window_ms=duration_ms(settings.replay_window))
     log.info("starting Spark (%s) for %d flows", settings.spark_master, len(flows))
-    warning = crowded(settings.spark_master, len(flows))
+    warning = crowded(settings.spark_master, query_count(flows, settings.stream_one_query_per_topic), len(flows))
     if warning:
         log.warning(warning)
     spark = resources["spark"].session()

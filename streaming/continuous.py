@@ -37,6 +37,14 @@ class UnknownTable(ValueError):
     """`lakehouse stream` was given a table no flow writes."""
 
 
+def query_count(flows: Iterable[Flow], one_query_per_topic: bool) -> int:
+    """How many queries `lakehouse stream` runs for `flows`: one per flow, less what each topic query takes in."""
+    flows = list(flows)
+    if not one_query_per_topic:
+        return len(flows)
+    return len(flows) - sum(1 + len(g.members) for g in topic_groups(flows).values())
+
+
 def flows_for(flows: Iterable[Flow], names: Iterable[str]) -> list[Flow]:
     """The flows that write the named tables and every flow they need, in dependency order (all when none named)."""
     flows = list(flows)

@@ -40,19 +40,24 @@ def test_a_trigger_for_no_layer_or_flow_stops_the_command_before_spark_starts(tm
     assert out.startswith("error: LAKEHOUSE_STREAM_TRIGGERS names golden, which is neither a layer") and "\n" == out[-1:]
 
 
-def test_a_stream_with_more_flows_than_a_local_master_serves_is_told_so_in_one_sentence(monkeypatch):
-    from lakehouse.cli.stream import FLOWS_PER_CORE, crowded, local_cores
+def test_a_stream_with_more_queries_than_a_local_master_serves_is_told_so_in_one_sentence(monkeypatch):
+    from lakehouse.cli.stream import QUERIES_PER_CORE, crowded, local_cores
+    from lakehouse.streaming.continuous import query_count
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert [local_cores(m) for m in ("local", "local[3]", "local[*]", "local[4,2]", "spark://h:7077")] == \
         [1, 3, 2, 4, None]
     warning = crowded("local[*]", len(FLOWS))
-    assert warning is not None and warning.startswith(f"{len(FLOWS)} flows share 2 cores (local[*])")
+    assert warning is not None and warning.startswith(f"{len(FLOWS)} queries share 2 cores (local[*])")
     assert warning.count(". ") == 0 and warning.endswith(".")
     # The orders path (3 flows) on the same two cores, a cluster, and the limit itself: nothing to say.
     assert crowded("local[*]", 3) is None
     assert crowded("spark://h:7077", len(FLOWS)) is None
-    assert crowded("local[2]", 2 * FLOWS_PER_CORE) is None and crowded("local[2]", 2 * FLOWS_PER_CORE + 1)
+    assert crowded("local[2]", 2 * QUERIES_PER_CORE) is None and crowded("local[2]", 2 * QUERIES_PER_CORE + 1)
+    # With one query per topic the shop's 22 flows are 8 queries: what the cores serve, not the flows.
+    assert query_count(FLOWS, False) == len(FLOWS) and query_count(FLOWS, True) == 8
+    assert crowded("local[2]", query_count(FLOWS, True), len(FLOWS)) is None
+    assert crowded("local[1]", 8, len(FLOWS)).startswith(f"8 queries (for {len(FLOWS)} flows) share 1 core (local[1])")
 
 
 def test_the_triggers_the_warning_proposes_are_a_valid_setting():
