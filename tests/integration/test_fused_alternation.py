@@ -1,0 +1,105 @@
+"""A fused stream (one query per topic) and triggered runs take turns on one lake three times, with events sent
+between: bronze holds each sent record once, silver each valid id once, and every gold table equals the batch
+lane's recomputation over silver (and gold_revenue_per_minute plain Python's over what was sent)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+
+import pytest
+from pyspark.sql import functions as F
+
+from lakehouse.batch.verify import verify_flow
+from lakehouse.pipelines import shop
+from lakehouse.pipelines.shop.generator import Mix, generate
+from lakehouse.schemas import tables, topics
+from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.continuous import Supervisor
+from lakehouse.streaming.flows import BY_NAME
+from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.producer import produce
+from lakehouse.streaming.runner import run_flow
+from tests.integration.test_topic_query import Sent, rows
+
+pytestmark = pytest.mark.integration
+
+GOLD = ("gold_revenue_per_minute", "gold_revenue_hopping", "gold_order_velocity")   # the orders topic's members
+FLOWS = [BY_NAME["bronze_orders"], BY_NAME["silver_orders"], *(BY_NAME[g] for g in GOLD)]
+MIX = Mix(duplicate=0.05, malformed=0.05, late=0.0, out_of_order=0.0)
+
+
+class Orders(Sent):
+    def send(self, seed: int, minute: int, n: int = 400) -> None:
+        records = generate(n, seed=seed, start=datetime(2026, 11, 23, 9, minute, tzinfo=timezone.utc), mix=MIX)
+        report = produce(records, bootstrap=self.settings.kafka_bootstrap)
+        assert report.delivered == n
+        self.records.extend(records)
+        self.deliveries.extend((records[i], d) for i, d in report.deliveries.items())
+
+
+def test_a_fused_stream_and_triggered_runs_alternate_three_times_and_every_table_stays_exact(spark, broker, tmp_path):
+    ensure_topics(broker.kafka_bootstrap, topics.ALL)
+    ctx = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=broker.kafka_bootstrap)
+    sent = Orders(broker)
+
+    def silver_ids() -> list:
+        return [r[0] for r in rows(spark, shop.ORDERS.silver_table, ctx, "event_id")]
+
+    def gold_orders() -> int:
+        return sum(r[0] for r in rows(spark, shop.GOLD_REVENUE_PER_MINUTE, ctx, "orders"))
+
+    def complete() -> bool:
+        return set(silver_ids()) == sent.valid_ids() and gold_orders() == len(sent.valid_ids())
+
+    for turn in range(3):
+        # The fused stream: every flow of the orders topic in one query, fed while it runs.
+        supervisor = Supervisor(spark, FLOWS, ctx, one_query_per_topic=True, record_metrics=False, backoff_s=0.5)
+        assert supervisor.plan().startswith(f"{len(FLOWS)} flows as 1 queries")
+        stop, failed = threading.Event(), []
+        thread = threading.Thread(target=lambda: _run(supervisor, stop, failed), daemon=True)
+        thread.start()
+        # Sent once the one query runs (its start's catch-ups are over): only that query can take these events.
+        _wait(lambda: supervisor.active() == [f.name for f in FLOWS], f"turn {turn}: the topic query to start", failed)
+        assert len(spark.streams.active) == 1
+        sent.send(100 + 2 * turn, 20 * turn)
+        _wait(complete, f"turn {turn}: the fused stream to take what was sent", failed)
+        stop.set()
+        thread.join(180)
+        assert not thread.is_alive() and not failed, failed
+        # Triggered: events sent while nothing streams, taken by the flows' own runs from the fused query's records.
+        sent.send(101 + 2 * turn, 20 * turn + 10)
+        for flow in FLOWS:
+            run_flow(spark, flow, ctx)
+        assert complete(), f"turn {turn}: the triggered runs missed what was sent while the stream was stopped"
+
+    bronze = rows(spark, shop.ORDERS.bronze_table, ctx, "topic", "partition", "offset")
+    assert len(bronze) == len(set(bronze)) and set(bronze) == sent.coords()
+    ids = silver_ids()
+    assert len(ids) == len(set(ids)) and set(ids) == sent.valid_ids()
+    cut = [r for r in rows(spark, tables.QUARANTINE, ctx, "topic", "partition", "offset")
+           if r[0] == shop.ORDERS.topic_spec.name]
+    assert len(cut) == len(set(cut)) and set(cut) == sent.coords("malformed")
+    assert rows(spark, tables.LATE_ARRIVALS, ctx, "flow") == []     # none sent late: nothing to subtract
+    for name in GOLD:
+        verdict = verify_flow(spark, BY_NAME[name], ctx)
+        assert verdict.status == "clean" and verdict.diff.stream_rows > 0, (name, verdict.status, verdict.diff)
+    got = {(m, c): [r, o, i] for m, c, r, o, i in rows(
+        spark, shop.GOLD_REVENUE_PER_MINUTE, ctx, F.date_format("window_start", "yyyy-MM-dd'T'HH:mm"), "currency",
+        "revenue_cents", "orders", "items")}
+    assert got == sent.revenue()
+
+
+def _wait(check, what: str, failed: list, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert not failed and time.monotonic() < deadline, f"timed out waiting for {what} {failed}"
+        time.sleep(1)
+
+
+def _run(supervisor: Supervisor, stop: threading.Event, failed: list) -> None:
+    try:
+        supervisor.run(stop)
+    except BaseException as exc:  # noqa: BLE001 - reported by the test
+        failed.append(exc)
