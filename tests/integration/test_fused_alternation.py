@@ -4,8 +4,6 @@ lane's recomputation over silver (and gold_revenue_per_minute plain Python's ove
 
 from __future__ import annotations
 
-import threading
-import time
 from datetime import datetime, timezone
 
 import pytest
@@ -13,36 +11,23 @@ from pyspark.sql import functions as F
 
 from lakehouse.batch.verify import verify_flow
 from lakehouse.pipelines import shop
-from lakehouse.pipelines.shop.generator import Mix, generate
 from lakehouse.schemas import tables, topics
 from lakehouse.streaming.context import FlowContext
-from lakehouse.streaming.continuous import Supervisor
 from lakehouse.streaming.flows import BY_NAME
 from lakehouse.streaming.kafka_topics import ensure_topics
-from lakehouse.streaming.producer import produce
 from lakehouse.streaming.runner import run_flow
-from tests.integration.test_topic_query import Sent, rows
+from tests.integration.test_topic_query import Running, Sent, rows
 
 pytestmark = pytest.mark.integration
 
 GOLD = ("gold_revenue_per_minute", "gold_revenue_hopping", "gold_order_velocity")   # the orders topic's members
 FLOWS = [BY_NAME["bronze_orders"], BY_NAME["silver_orders"], *(BY_NAME[g] for g in GOLD)]
-MIX = Mix(duplicate=0.05, malformed=0.05, late=0.0, out_of_order=0.0)
-
-
-class Orders(Sent):
-    def send(self, seed: int, minute: int, n: int = 400) -> None:
-        records = generate(n, seed=seed, start=datetime(2026, 11, 23, 9, minute, tzinfo=timezone.utc), mix=MIX)
-        report = produce(records, bootstrap=self.settings.kafka_bootstrap)
-        assert report.delivered == n
-        self.records.extend(records)
-        self.deliveries.extend((records[i], d) for i, d in report.deliveries.items())
 
 
 def test_a_fused_stream_and_triggered_runs_alternate_three_times_and_every_table_stays_exact(spark, broker, tmp_path):
     ensure_topics(broker.kafka_bootstrap, topics.ALL)
     ctx = FlowContext(lake_root=str(tmp_path / "lake"), kafka_bootstrap=broker.kafka_bootstrap)
-    sent = Orders(broker)
+    sent = Sent(broker, start=datetime(2026, 11, 23, 9, 0, tzinfo=timezone.utc))
 
     def silver_ids() -> list:
         return [r[0] for r in rows(spark, shop.ORDERS.silver_table, ctx, "event_id")]
@@ -57,22 +42,16 @@ def test_a_fused_stream_and_triggered_runs_alternate_three_times_and_every_table
         # The fused stream: every flow of the orders topic in one query, fed while it runs.
         # One catch-up at a time: after a fused run the flows' rebuilt checkpoints share the topic query's id, and
         # two of them caught up at once can fail with Spark's CONCURRENT_QUERY (a known fault, not what this tests).
-        supervisor = Supervisor(spark, FLOWS, ctx, one_query_per_topic=True, record_metrics=False, backoff_s=0.5,
-                                catch_up_parallel=1)
-        assert supervisor.plan().startswith(f"{len(FLOWS)} flows as 1 queries")
-        stop, failed = threading.Event(), []
-        thread = threading.Thread(target=lambda: _run(supervisor, stop, failed), daemon=True)
-        thread.start()
+        stream = Running(spark, ctx, flows=FLOWS, catch_up_parallel=1)
+        assert stream.supervisor.plan().startswith(f"{len(FLOWS)} flows as 1 queries")
         # Sent once the one query runs (its start's catch-ups are over): only that query can take these events.
-        _wait(lambda: supervisor.active() == [f.name for f in FLOWS], f"turn {turn}: the topic query to start", failed)
+        stream.wait(lambda: stream.supervisor.active() == [f.name for f in FLOWS], f"turn {turn}: the topic query to start")
         assert len(spark.streams.active) == 1
-        sent.send(100 + 2 * turn, 20 * turn)
-        _wait(complete, f"turn {turn}: the fused stream to take what was sent", failed)
-        stop.set()
-        thread.join(180)
-        assert not thread.is_alive() and not failed, failed
+        sent.send(100 + 2 * turn, 20 * turn, n=400)
+        stream.wait(complete, f"turn {turn}: the fused stream to take what was sent")
+        stream.close()
         # Triggered: events sent while nothing streams, taken by the flows' own runs from the fused query's records.
-        sent.send(101 + 2 * turn, 20 * turn + 10)
+        sent.send(101 + 2 * turn, 20 * turn + 10, n=400)
         for flow in FLOWS:
             run_flow(spark, flow, ctx)
         assert complete(), f"turn {turn}: the triggered runs missed what was sent while the stream was stopped"
@@ -93,16 +72,3 @@ def test_a_fused_stream_and_triggered_runs_alternate_three_times_and_every_table
         "revenue_cents", "orders", "items")}
     assert got == sent.revenue()
 
-
-def _wait(check, what: str, failed: list, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert not failed and time.monotonic() < deadline, f"timed out waiting for {what} {failed}"
-        time.sleep(1)
-
-
-def _run(supervisor: Supervisor, stop: threading.Event, failed: list) -> None:
-    try:
-        supervisor.run(stop)
-    except BaseException as exc:  # noqa: BLE001 - reported by the test
-        failed.append(exc)

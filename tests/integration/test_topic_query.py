@@ -8,7 +8,7 @@ import json
 from collections import defaultdict
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from pyspark.sql import functions as F
@@ -39,13 +39,14 @@ MIX = Mix(duplicate=0.05, malformed=0.05, late=0.0, out_of_order=0.0)
 class Sent:
     """What was produced, and what each table must hold, in plain Python over it."""
 
-    def __init__(self, settings):
+    def __init__(self, settings, start: datetime = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)):
         self.settings = settings
+        self.start = start          # event time of minute 0 of `send`
         self.records: list = []
         self.deliveries: list = []
 
     def send(self, seed: int, minute: int, n: int = 600) -> None:
-        records = generate(n, seed=seed, start=datetime(2026, 11, 22, 12, minute, tzinfo=timezone.utc), mix=MIX)
+        records = generate(n, seed=seed, start=self.start + timedelta(minutes=minute), mix=MIX)
         report = produce(records, bootstrap=self.settings.kafka_bootstrap)
         assert report.delivered == n
         self.records.extend(records)
@@ -96,10 +97,10 @@ def quarantined(spark, ctx):
 class Running:
     """A Supervisor running one query per topic on its own thread, over the test's Spark session."""
 
-    def __init__(self, spark, ctx):
+    def __init__(self, spark, ctx, flows=FLOWS, **options):
         self.reports: list = []
-        self.supervisor = Supervisor(spark, FLOWS, ctx, one_query_per_topic=True, record_metrics=False, backoff_s=0.5,
-                                     report=self.reports.extend, report_every_s=1.0)
+        self.supervisor = Supervisor(spark, flows, ctx, one_query_per_topic=True, record_metrics=False, backoff_s=0.5,
+                                     report=self.reports.extend, report_every_s=1.0, **options)
         self.stop = threading.Event()
         self.error: list[BaseException] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
