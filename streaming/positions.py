@@ -27,12 +27,15 @@ files 0..I again. So positions recorded by a stream also carry what is needed to
 batch's start (`from`, same forms; for batch 0 the startingVersion it began at, absent if it began
 with the initial snapshot), Delta's table id per source (`table_id`), the batch's time (`at`, and
 `watermark_ms` if Spark kept one) and, on the last write of the batch only, `"final": true`. From those the runner rebuilds the lost
-checkpoint as Spark had it (`rebuild_checkpoint`): the same query id and batch numbers, the batch's
-exact start and end offsets, and its commit mark if the batch was finished. A batch that was not
-finished is then replayed by Spark with the same batch id and the same input, and because its writes
-carry Delta's (txnAppId, txnVersion) = (app + query id, batch id), Delta skips the writes it had made
-and applies the rest: exactly what happens after a crash with the checkpoint intact. Nothing is read
-twice and nothing is skipped, whatever the index.
+checkpoint as Spark had it (`rebuild_checkpoint`): the same batch numbers, the batch's exact start and
+end offsets, and its commit mark if the batch was finished. A batch that was not finished is then
+replayed by Spark with the same batch id and the same input, and because its writes carry Delta's
+(txnAppId, txnVersion) = (app + the query id that first ran it, batch id), Delta skips the writes it
+had made and applies the rest: exactly what happens after a crash with the checkpoint intact. Nothing
+is read twice and nothing is skipped, whatever the index. The rebuilt checkpoint itself gets a new
+query id (the replayed batch's id is kept beside it, `REPLAY_FILE`): the records of one query per
+topic name that query for silver and each of its members, and two checkpoints with one id cannot run
+at once (Spark's CONCURRENT_QUERY).
 
 Positions without `query` (written by the batch lane's replay, `commit_metadata`) use the first form
 only; the stream then starts with a new checkpoint at `startingVersion=V` per source. A new checkpoint
@@ -51,6 +54,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -395,6 +399,10 @@ def _error_text(exc: Exception) -> str:
 # `<checkpoint>/commits/<batch>` ("v1", {"nextBatchWatermarkMs": ..}) once the batch is done; and
 # `<checkpoint>/metadata` ({"id": <query id>}) when the query first starts.
 
+# Beside a rebuilt checkpoint's offsets: the batch it replays and the query id that first ran it (whose txn ids
+# the replay must write under). Spark ignores files of the checkpoint folder it does not know.
+REPLAY_FILE = "lakehouse-replay"
+
 # The SQL settings Spark 4.2 records with each batch (their values are taken from the session when a
 # checkpoint is rebuilt, as Spark would for a new query). Spark requires at least the shuffle partitions.
 OFFSET_LOG_CONF = (
@@ -479,13 +487,14 @@ def _offsets_file(spark: SparkSession, positions: Mapping[str, Position | None],
 
 
 def rebuild_checkpoint(spark: SparkSession, checkpoint: str, found: Recorded) -> None:
-    """Write the checkpoint a stream had after its recorded batch: same query id, same batch numbers and offsets.
+    """Write the checkpoint a stream had after its recorded batch: same batch numbers and offsets, a new query id.
 
     The batch's end offsets become `offsets/<batch>` and its start `offsets/<batch-1>` (Spark reads
     the previous batch's offsets when it resumes), committed; the batch itself is committed only if
     its final write was recorded, otherwise Spark runs it again with the same input and id, and the
-    writers' txn ids make Delta skip what it had written. The folder is written beside the target
-    name and renamed into place, so a failure half way leaves no half checkpoint.
+    writers, told the query that first ran it (`REPLAY_FILE`), use the same txn ids, so Delta skips what
+    it had written. The folder is written beside the target name and renamed into place, so a failure
+    half way leaves no half checkpoint.
     """
     record = found.record
     batch, query = found.batch, found.query
@@ -493,7 +502,9 @@ def rebuild_checkpoint(spark: SparkSession, checkpoint: str, found: Recorded) ->
     at = int(record.get("at") or 0)
     watermark = int(record.get("watermark_ms") or 0)
     staging = f"{checkpoint.rstrip('/')}.rebuilding-{_utc_stamp()}"
-    write_text(spark, f"{staging}/metadata", json.dumps({"id": query}, separators=(",", ":")))
+    write_text(spark, f"{staging}/metadata", json.dumps({"id": str(uuid.uuid4())}, separators=(",", ":")))
+    if not record.get("final"):
+        write_text(spark, f"{staging}/{REPLAY_FILE}", json.dumps({"batch": batch, "query": query}))
     if batch > 0:
         start = record.get("from")
         if not isinstance(start, dict):
@@ -520,6 +531,7 @@ class StreamBinding:
     sources: Mapping[str, str]              # source name -> path (Delta table) or "" (Kafka topic)
     starting: Mapping[str, Position] | None = None   # where the query started if not from its checkpoint
     _query: str | None = field(default=None, repr=False)
+    _replay: tuple[int, str] | None = field(default=None, repr=False)
     _names: dict[str, str] | None = field(default=None, repr=False)
 
     def query_id(self, spark: SparkSession) -> str:
@@ -530,6 +542,14 @@ class StreamBinding:
                 raise RuntimeError(f"the checkpoint {self.checkpoint} of flow {self.flow} has no query id")
             self._query = str(meta["id"])
         return self._query
+
+    def batch_query(self, spark: SparkSession, batch_id: int) -> str:
+        """The query id batch `batch_id` writes under: the one that first ran it, if this checkpoint was rebuilt to replay it."""
+        if self._replay is None:
+            meta = json.loads(read_text(spark, f"{self.checkpoint}/{REPLAY_FILE}") or "{}")
+            self._replay = (int(meta.get("batch", -1)), str(meta.get("query") or ""))
+        replayed, query = self._replay
+        return query if batch_id == replayed and query else self.query_id(spark)
 
     def _source_names(self, spark: SparkSession) -> dict[str, str]:
         """Delta table id (or Kafka topic) -> source name, to name the lines of the offset log."""
@@ -574,7 +594,7 @@ class StreamBinding:
             start = {name: _position(pos) for name, pos in self.starting.items()}
         return {
             "flow": self.flow, "batch": batch_id, "sources": self._positions(spark, end),
-            "query": self.query_id(spark), "app": self.app, "from": start, "at": end.batch_timestamp_ms,
+            "query": self.batch_query(spark, batch_id), "app": self.app, "from": start, "at": end.batch_timestamp_ms,
             "watermark_ms": end.watermark_ms or None,
         }
 

@@ -88,7 +88,7 @@ def start_flow(
     query_writer = query_writer.trigger(**(trigger or {"availableNow": True}))
     if flow.output == "batch":
         # The writer records with each commit where the batch's sources stood, and writes with txn app
-        # ids that carry the checkpoint's query id (streaming/positions.py).
+        # ids that carry the id of the query that first ran the batch (streaming/positions.py).
         writer.bind_stream(StreamBinding(
             flow=flow.name, app=flow.app_id, checkpoint=checkpoint,
             sources={s.name: "" if isinstance(s, TopicSpec) else stream_path(s, ctx) for s in flow.sources},
@@ -141,7 +141,7 @@ def prepare_checkpoint(spark: SparkSession, flow: Flow, ctx: FlowContext, *, wri
       then as missing;
     - missing (no folder, or no offsets in it): a bronze flow starts at the Kafka offsets after those
       its table holds; another flow rebuilds its checkpoint from the newest batch it recorded (same
-      query id, batch numbers and exact offsets: see streaming/positions.py), or, after a replay's swap
+      batch numbers and exact offsets, a new query id: see streaming/positions.py), or, after a replay's swap
       (positions without a query), starts a new checkpoint at startingVersion per source. A flow that
       has recorded nothing starts as a new flow.
     """

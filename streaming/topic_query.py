@@ -28,8 +28,8 @@ A member whose batch fails (a quality rule of fail severity, a user's bad SQL) f
 bronze and silver committed the batch. The restart's catch-up runs the member's own query over that
 batch again (a passing fault heals there); if it fails again, the query starts without it, so the topic's
 other tables keep streaming, and the member goes on as its own query, where its failure is reported and
-retried as any flow's is. (It cannot be let go while the query runs: its positions name this query's id,
-and Spark stops a running query when another starts with its id.)
+retried as any flow's is. (It is let go only when this query restarts.) The flows' rebuilt checkpoints get
+new query ids, so several of them may catch up at once although their records all name this query.
 """
 
 from __future__ import annotations

@@ -40,9 +40,8 @@ def test_a_fused_stream_and_triggered_runs_alternate_three_times_and_every_table
 
     for turn in range(3):
         # The fused stream: every flow of the orders topic in one query, fed while it runs.
-        # One catch-up at a time: after a fused run the flows' rebuilt checkpoints share the topic query's id, and
-        # two of them caught up at once can fail with Spark's CONCURRENT_QUERY (a known fault, not what this tests).
-        stream = Running(spark, ctx, flows=FLOWS, catch_up_parallel=1)
+        # Its start catches the flows up at once; after a fused turn their records all name the topic query's id.
+        stream = Running(spark, ctx, flows=FLOWS)
         assert stream.supervisor.plan().startswith(f"{len(FLOWS)} flows as 1 queries")
         # Sent once the one query runs (its start's catch-ups are over): only that query can take these events.
         stream.wait(lambda: stream.supervisor.active() == [f.name for f in FLOWS], f"turn {turn}: the topic query to start")
