@@ -248,22 +248,15 @@ def test_topic_query_writes_every_layer_recovers_a_cut_batch_lets_a_failed_membe
     exact()
     assert not any(q.isActive for q in spark.streams.active)
 
-    # 4. The flows' own queries take over where the topic query stopped: silver's and the member's checkpoints
-    # are rebuilt from the topic query's records, which all name its id, not started over. They catch up at
-    # once, as `lakehouse run` and the stream's start do: each rebuilt checkpoint has an id of its own (with
-    # the topic query's, Spark refuses the second with CONCURRENT_QUERY).
+    # 4. The flows' own queries take over where the topic query stopped: silver's checkpoint is rebuilt
+    # from the topic query's records, not started over, under an id of its own.
     last = query_id(spark, topic_checkpoint(FLOWS[1], ctx))
     held = len(sent.coords())
     sent.send(72, 50)
     assert [h.lag_records for h in stream_health(FLOWS[:2], ctx)] == [len(sent.coords()) - held] * 2
-    runs = {"bronze_orders": run_flow(spark, FLOWS[0], ctx)}
-    with ThreadPoolExecutor(2) as pool:
-        at_once = {flow.name: pool.submit(run_flow, spark, flow, ctx) for flow in FLOWS[1:]}
-        runs.update({name: done.result() for name, done in at_once.items()})
-    rebuilt = {query_id(spark, flow.checkpoint(ctx)) for flow in FLOWS[1:]}
-    assert len(rebuilt) == 2 and last not in rebuilt
-    runs["gold_revenue_per_minute"] = run_flow(spark, FLOWS[2], ctx)   # what silver appended meanwhile
+    runs = {flow.name: run_flow(spark, flow, ctx) for flow in FLOWS}
     exact()
+    assert query_id(spark, FLOWS[1].checkpoint(ctx)) != last
 
     # 5. A start whose earlier catch-up of bronze failed (the broker went away during the stream's start) while
     # silver's and gold's succeeded: bronze catches up now, appending rows those catch-ups never saw, so they
@@ -272,11 +265,35 @@ def test_topic_query_writes_every_layer_recovers_a_cut_batch_lets_a_failed_membe
     group = topic_groups(FLOWS)["silver_orders"]
     started = start_topic_query(spark, group, ctx, trigger={"processingTime": "1 second"},
                                 caught_up={name: run for name, run in runs.items() if name != "bronze_orders"})
-    try:
+
+    def until_complete():
         deadline = time.monotonic() + 120
         while not complete() and time.monotonic() < deadline:
             assert started.query.isActive, started.query.exception()
             time.sleep(1)
+
+    try:
+        until_complete()
+        exact()
+        sent.send(74, 60)   # taken by the topic query itself (its start's catch-ups took the ones before)
+        until_complete()
     finally:
         started.query.stop()
+    exact()
+
+    # 6. After that run silver's and the member's records all name the topic query's id. Their own queries catch
+    # up at once, as `lakehouse run` and the stream's start do: each rebuilt checkpoint has an id of its own (with
+    # the topic query's, Spark refuses the second with CONCURRENT_QUERY or stops the first).
+    fused = str(started.query.id)
+    for flow in FLOWS[1:]:
+        newest = [r for c in commits_after(spark, flow.target.path(ctx.lake_root), None) if (r := parse_metadata(c.user_metadata))]
+        assert newest[-1]["query"] == fused, flow.name
+    sent.send(75, 65)
+    run_flow(spark, FLOWS[0], ctx)
+    with ThreadPoolExecutor(2) as pool:
+        for done in [pool.submit(run_flow, spark, flow, ctx) for flow in FLOWS[1:]]:
+            done.result()
+    rebuilt = {query_id(spark, flow.checkpoint(ctx)) for flow in FLOWS[1:]}
+    assert len(rebuilt) == 2 and fused not in rebuilt
+    run_flow(spark, FLOWS[2], ctx)   # what silver appended while the member ran
     exact()
