@@ -58,7 +58,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from bench import harness
 from lakehouse.pipelines import shop
@@ -82,6 +82,15 @@ class DrillError(RuntimeError):
 
 
 # ------------------------------------------------------------------ settings and the stream process
+
+ONE_QUERY_PER_TOPIC = "LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC"
+QUERY_PER_FLOW, QUERY_PER_TOPIC = "a query per flow", "one query per topic"
+
+
+def _mode(env: Mapping[str, str]) -> str:
+    """How a stream started with `env` runs its flows."""
+    return QUERY_PER_TOPIC if env.get(ONE_QUERY_PER_TOPIC, "").lower() in ("true", "1", "yes") else QUERY_PER_FLOW
+
 
 def stream_env(settings: Any, **extra: str) -> dict[str, str]:
     """The environment of `lakehouse stream` for these settings: no LAKEHOUSE_* variable of the caller leaks in."""
@@ -547,6 +556,7 @@ class Event:
     acked: int                        # records acknowledged by then
     killed: list[tuple[int, str]] = field(default_factory=list)
     down_s: float = 0.0               # broker loss: seconds without a broker (kill to ready again)
+    stream: str = ""                  # crash: how the killed stream ran its flows (QUERY_PER_FLOW or QUERY_PER_TOPIC)
     recovered_s: float | None = None  # until the stream committed a batch again (after the restart)
 
 
@@ -587,6 +597,9 @@ class DrillReport:
                          f"{_span([len(k.killed) for k in kills])}, a Spark JVM among them every time: "
                          f"{all(any(n == 'java' for _, n in k.killed) for k in kills) if kills else '-'}), "
                          f"restarts: {self.restarts}, kills while producing: {sum(k.producing for k in kills)}/{len(kills)}")
+            modes = Counter(k.stream for k in kills)
+            if len(modes) > 1:
+                lines.append("streams killed: " + ", ".join(f"{m} x{n}" for m, n in sorted(modes.items())))
             after = Counter(k.after for k in kills)
             lines.append(f"kill points: {_span([k.delay_s for k in kills], 's')} after a commit of "
                          + ", ".join(f"{f} x{n}" for f, n in after.most_common()))
@@ -690,8 +703,11 @@ def run_crash(settings: Any, *, kills: int = 20, events: int = 20_000, seed: int
               max_delay_s: float = 15.0, reach_s: float = 300.0, targets: Sequence[str] | None = None,
               rate: float | None = None, cycle_guess_s: float = 90.0, commit_timeout_s: float = 600,
               catch_up_s: float = 900, extra_env: dict[str, str] | None = None,
-              verify_layers: Sequence[str] = ("silver", "gold")) -> DrillReport:
+              verify_layers: Sequence[str] = ("silver", "gold"), alternate: bool = False) -> DrillReport:
     """Kill -9 `lakehouse stream` `kills` times while producing, restart it each time, then check the lake.
+
+    With `alternate`, the stream's modes take turns: the first start runs a query per flow, the next one
+    query per topic (LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC), and so on, so each restart hands over between them.
 
     Kill n comes a random 0..`max_delay_s` after a commit of flow `targets[n % len(targets)]` (default: a layer
     drawn at random, then one of its flows), or of any flow when that one commits nothing within `reach_s` of
@@ -701,9 +717,13 @@ def run_crash(settings: Any, *, kills: int = 20, events: int = 20_000, seed: int
     """
     rng = random.Random(seed)
     env = stream_env(settings, **(extra_env or {}))
+
+    def env_of(start: int) -> dict[str, str]:
+        return {**env, ONE_QUERY_PER_TOPIC: "true" if start % 2 else "false"} if alternate else env
+
     flows = _flows(tables)
     report = DrillReport("crash", list(tables), [f.name for f in flows])
-    stream = StreamProcess(env, tables, Path(workdir) / "stream.log")
+    stream = StreamProcess(env_of(0), tables, Path(workdir) / "stream.log")
     # A first guess of a kill cycle; the rate follows the cycles measured so that production spans every kill.
     producer = SteadyProducer(settings.kafka_bootstrap, total=events, rate=rate or events / (kills * cycle_guess_s + 30),
                               seed=seed, start=events_start(events), mix=drill_mix())
@@ -730,12 +750,14 @@ def run_crash(settings: Any, *, kills: int = 20, events: int = 20_000, seed: int
                                     f"a batch of {target.name}", required=False) or after
             delay = rng.uniform(0, max_delay_s)
             sleep_alive(stream, delay, f"before kill {n}")
-            event = Event(n, time.monotonic() - t0, delay, after, producer.running(), len(producer.acked))
+            event = Event(n, time.monotonic() - t0, delay, after, producer.running(), len(producer.acked),
+                          stream=_mode(stream.env))
             event.killed = stream.kill()
             report.events.append(event)
             say(f"kill {n}/{kills}: SIGKILL to group {stream.pid} ({', '.join(f'{p} {c}' for p, c in event.killed)}) "
-                f"{delay:.1f} s after a commit of {after}; {event.acked:,} records acknowledged so far")
+                f"{delay:.1f} s after a commit of {after} ({event.stream}); {event.acked:,} records acknowledged so far")
             before = newest_batches(flows, settings.lake_root)
+            stream.env = env_of(n)
             stream.start()
             report.restarts += 1
             if rate is None:
@@ -878,6 +900,9 @@ def _parser(name: str) -> argparse.ArgumentParser:
     p.add_argument("--quality", action="store_true", help="run the quality checks in the stream (default: off)")
     p.add_argument("--query-per-topic", action="store_true",
                    help="the stream with LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC=true: each topic's flows as one query")
+    if name == "crash":
+        p.add_argument("--alternate", action="store_true",
+                       help="the stream's modes take turns at each restart: a query per flow, then one query per topic, ...")
     p.add_argument("--keep", action="store_true", help="keep the state folder (kept anyway when the drill fails)")
     return p
 
@@ -914,7 +939,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report: DrillReport | None = None
     extra = {} if not args.quality else {"LAKEHOUSE_QUALITY": "true"}
     if args.query_per_topic:
-        extra["LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC"] = "true"
+        extra[ONE_QUERY_PER_TOPIC] = "true"
     try:
         from lakehouse.schemas import topics
         from lakehouse.streaming.kafka_topics import ensure_topics
@@ -925,7 +950,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name == "crash":
             report = run_crash(settings, kills=args.kills, events=args.events, seed=args.seed, tables=args.tables,
                                spark=spark, workdir=home, max_delay_s=args.max_delay, reach_s=args.reach, rate=args.rate,
-                               extra_env=extra)
+                               extra_env=extra, alternate=args.alternate)
         else:
             down = [float(x) for x in args.down.split(",") if x.strip()]
             report = run_broker_loss(settings, losses=args.losses, down_s=down, events=args.events, seed=args.seed,

@@ -1,6 +1,7 @@
 """The fault drills of bench/drills.py, scaled down for CI: `lakehouse stream gold_revenue_per_minute
 silver_page_views` killed with SIGKILL (its whole process group) three times while events are produced,
-and the broker killed once under it; each time nothing is lost or duplicated in any layer, every silver
+restarted each time in the other mode (a query per flow, one query per topic), and the broker killed once
+under it; each time nothing is lost or duplicated in any layer, every silver
 and gold table equals the batch lane's recomputation, and gold_revenue_per_minute equals plain Python.
 
 The full drills (`python -m bench.drill_crash`, `python -m bench.drill_broker_loss`) run the same code
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.drills import DrillReport, run_broker_loss, run_crash
+from bench.drills import QUERY_PER_FLOW, QUERY_PER_TOPIC, DrillReport, run_broker_loss, run_crash
 from lakehouse.infra.kafka_broker import local_node
 from lakehouse.infra.settings import Settings
 from lakehouse.schemas import topics
@@ -57,14 +58,17 @@ def assert_exact(report: DrillReport) -> None:
 def test_crash_three_kills_lose_and_duplicate_nothing(spark, crash_broker, tmp_path):
     """kill -9 of the stream's process group (Python and Spark JVM) three times, a random 0-2 s after a commit of
     bronze, then of silver, then of gold (where that layer commits within a minute of the run's first commit),
-    a restart each time; then the lake holds each acknowledged record exactly once in every layer."""
+    a restart each time in the other mode: a query per flow is killed after bronze, one query per topic after
+    silver (inside its batch, before the gold write of the same batch, or just after), a query per flow after gold,
+    and one query per topic finishes. Then the lake holds each acknowledged record exactly once in every layer."""
     ensure_topics(crash_broker.kafka_bootstrap, topics.ALL)
     report = run_crash(crash_broker, kills=3, events=EVENTS, seed=31, tables=TABLES, spark=spark, workdir=tmp_path,
                        max_delay_s=2, reach_s=60, targets=("bronze_orders", "silver_orders", "gold_revenue_per_minute"),
                        cycle_guess_s=50, commit_timeout_s=300, catch_up_s=300, extra_env=SMALL,
-                       verify_layers=("gold",))
+                       verify_layers=("gold",), alternate=True)
     print(report.text())
     assert len(report.events) == 3 and report.restarts == 3, report.text()
+    assert [e.stream for e in report.events] == [QUERY_PER_FLOW, QUERY_PER_TOPIC, QUERY_PER_FLOW], report.text()
     # The whole group died each time, the Spark JVM with it (StreamProcess.kill also checks /proc for survivors).
     assert all(any(name == "java" for _, name in e.killed) for e in report.events), report.text()
     assert sum(e.producing for e in report.events) >= 1, report.text()
