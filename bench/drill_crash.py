@@ -1,7 +1,7 @@
 """Drill: kill -9 `lakehouse stream` (its whole process group) at random points while events are produced.
 
     .venv/bin/python -m bench.drill_crash [--kills 20] [--events N] [--seed S] [--max-delay SECONDS]
-                                          [--tables TABLE ...] [--quality] [--keep]
+                                          [--tables TABLE ...] [--quality] [--query-per-topic | --alternate] [--keep]
 
 Issue 9, item 6. Its own broker on ports 19420/19421, state in a temporary folder. Each kill comes a
 random delay after the stream has committed a micro-batch; the stream is started again each time.

@@ -58,7 +58,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from bench import harness
 from lakehouse.pipelines import shop
@@ -87,11 +87,6 @@ ONE_QUERY_PER_TOPIC = "LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC"
 QUERY_PER_FLOW, QUERY_PER_TOPIC = "a query per flow", "one query per topic"
 
 
-def _mode(env: Mapping[str, str]) -> str:
-    """How a stream started with `env` runs its flows."""
-    return QUERY_PER_TOPIC if env.get(ONE_QUERY_PER_TOPIC, "").lower() in ("true", "1", "yes") else QUERY_PER_FLOW
-
-
 def stream_env(settings: Any, **extra: str) -> dict[str, str]:
     """The environment of `lakehouse stream` for these settings: no LAKEHOUSE_* variable of the caller leaks in."""
     env = harness.this_checkout({k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")})
@@ -112,6 +107,11 @@ def stream_settings(env: dict[str, str]) -> Any:
     from lakehouse.infra.settings import Settings
 
     return Settings.from_env({k: v for k, v in env.items() if k.startswith("LAKEHOUSE_")})
+
+
+def _mode(env: dict[str, str]) -> str:
+    """How a stream started with `env` runs its flows, read as `lakehouse stream` reads it."""
+    return QUERY_PER_TOPIC if stream_settings(env).stream_one_query_per_topic else QUERY_PER_FLOW
 
 
 def group_members(pgid: int) -> list[tuple[int, str]]:
