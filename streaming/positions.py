@@ -378,6 +378,11 @@ def inspect_checkpoint(spark: SparkSession, checkpoint: str) -> CheckpointState:
         commits = _batch_files(spark, f"{checkpoint}/commits")
         if why is None and commits:
             why = _check_log_file(read_text(spark, f"{checkpoint}/commits/{commits[-1]}"), f"commits/{commits[-1]}")
+        if why is None:
+            try:
+                parse_replay(read_text(spark, f"{checkpoint}/{REPLAY_FILE}"))
+            except ValueError:
+                why = f"its {REPLAY_FILE} file holds no batch number and query id"
         if why:
             return CheckpointState("corrupt", why, query_id, folder_exists=True)
         return CheckpointState("ok", "", query_id, folder_exists=True)
@@ -402,6 +407,19 @@ def _error_text(exc: Exception) -> str:
 # Beside a rebuilt checkpoint's offsets: the batch it replays and the query id that first ran it (whose txn ids
 # the replay must write under). Spark ignores files of the checkpoint folder it does not know.
 REPLAY_FILE = "lakehouse-replay"
+
+
+
+def parse_replay(text: str | None) -> tuple[int, str] | None:
+    """The (batch, query id) of a `REPLAY_FILE`'s text, None without one; ValueError when it holds anything else."""
+    if text is None:
+        return None
+    meta = json.loads(text)
+    if not (isinstance(meta, dict) and isinstance(meta.get("batch"), int) and isinstance(meta.get("query"), str)
+            and meta["query"]):
+        raise ValueError(f"{REPLAY_FILE} holds no batch number and query id")
+    return meta["batch"], meta["query"]
+
 
 # The SQL settings Spark 4.2 records with each batch (their values are taken from the session when a
 # checkpoint is rebuilt, as Spark would for a new query). Spark requires at least the shuffle partitions.
@@ -545,11 +563,10 @@ class StreamBinding:
 
     def batch_query(self, spark: SparkSession, batch_id: int) -> str:
         """The query id batch `batch_id` writes under: the one that first ran it, if this checkpoint was rebuilt to replay it."""
-        if self._replay is None:
-            meta = json.loads(read_text(spark, f"{self.checkpoint}/{REPLAY_FILE}") or "{}")
-            self._replay = (int(meta.get("batch", -1)), str(meta.get("query") or ""))
+        if self._replay is None:   # checked by inspect_checkpoint before the query started
+            self._replay = parse_replay(read_text(spark, f"{self.checkpoint}/{REPLAY_FILE}")) or (-1, "")
         replayed, query = self._replay
-        return query if batch_id == replayed and query else self.query_id(spark)
+        return query if batch_id == replayed else self.query_id(spark)
 
     def _source_names(self, spark: SparkSession) -> dict[str, str]:
         """Delta table id (or Kafka topic) -> source name, to name the lines of the offset log."""

@@ -30,7 +30,9 @@ from lakehouse.streaming.flows import BY_NAME, Flow
 from lakehouse.pipelines.shop.generator import Mix, generate
 from lakehouse.streaming.gold_steps import join_state_rows
 from lakehouse.streaming.kafka_topics import ensure_topics
-from lakehouse.streaming.positions import RecordsPositions, commit_metadata, recorded_positions, reset_checkpoint
+from lakehouse.streaming.positions import (
+    REPLAY_FILE, RecordsPositions, commit_metadata, recorded_positions, reset_checkpoint,
+)
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.runner import run_flow
 from lakehouse.streaming.sinks import append_once
@@ -156,6 +158,13 @@ def test_a_flow_resumes_exactly_from_its_recorded_positions(spark, tmp_path, cap
     assert said(caplog, f"checkpoint of flow {FLOW.name} at {checkpoint} was corrupt", "moved it aside to")
     assert said(caplog, "was corrupt; resuming from the positions recorded in")
     assert list(checkpoint.parent.glob(f"{checkpoint.name}.corrupt-*"))
+
+    # 4b. Garbage in the file that names the query a rebuilt checkpoint replays under: the same.
+    (checkpoint / REPLAY_FILE).write_text("\x00garbage{")
+    caplog.clear()
+    run_flow(spark, FLOW, ctx)
+    assert_exact(spark, ctx, 6)
+    assert said(caplog, "was corrupt", f"its {REPLAY_FILE} file holds no batch number and query id", "moved it aside")
 
     # 5. The batch lane rewrites the target, records where the source stands and resets the checkpoint:
     #    a new checkpoint, whose batch ids restart at 0 under new txn app ids (else Delta would skip them).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakehouse.streaming.positions import BatchRecord
+from lakehouse.streaming.positions import BatchRecord, parse_replay
 
 
 def record(**sources):
@@ -33,3 +33,13 @@ def test_batches_called_directly_never_hold_their_watermark():
 def test_extra_keys_go_into_the_commit_metadata_and_none_stays_out():
     text = record(bronze_orders={"version": 2, "index": 1}).metadata(final=True, held=True, held_max_micros=None)
     assert '"held":true' in text and "held_max_micros" not in text and '"final":true' in text
+
+
+def test_a_replay_file_names_a_batch_and_a_query_or_is_refused():
+    """A rebuilt checkpoint's replay file: absent is None; anything but a batch number and a query id is refused."""
+    assert parse_replay(None) is None
+    assert parse_replay('{"batch": 4, "query": "q-1"}') == (4, "q-1")
+    for bad in ('', '{"batch": 4', '[]', '{"batch": "4", "query": "q"}', '{"batch": 4, "query": ""}', '{"batch": 4}',
+                '\x00garbage'):
+        with pytest.raises(ValueError):
+            parse_replay(bad)
