@@ -3,7 +3,8 @@
     .venv/bin/python -m bench.bare_stream TABLE_PATH [--hops N | --work [--exactly-once]]
 
 Reads the settings from LAKEHOUSE_* variables as `lakehouse stream` does (the same Spark session
-configuration, Kafka bootstrap and LAKEHOUSE_STREAM_TRIGGER), subscribes to every topic of
+configuration, Kafka bootstrap and LAKEHOUSE_STREAM_TRIGGER; auto, the stream's sizing, is one second here:
+the floor is the freshest a query can be), subscribes to every topic of
 schemas.topics.ALL from the earliest offsets (with the flows' kafka.fetch.max.wait.ms) and appends key,
 value, topic, partition, offset and the broker's timestamp to a Delta table at TABLE_PATH: no parsing, no
 headers, no dedup, no quarantine, one query instead of a flow per table and layer. Runs until SIGTERM.
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from lakehouse.schemas import topics
 
     settings = Settings.from_env()
+    trigger = "1 second" if settings.stream_trigger.strip().lower() == "auto" else settings.stream_trigger
     spark = get_spark(settings, "bare_stream")
     records = (spark.readStream.format("kafka")
                .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
@@ -58,14 +60,14 @@ def main(argv: list[str] | None = None) -> int:
                .load()
                .select("key", "value", "topic", "partition", "offset", "timestamp"))
     if work:
-        queries = [start_work(spark, records, table, settings.stream_trigger, exactly_once=once)]
+        queries = [start_work(spark, records, table, trigger, exactly_once=once)]
         return run_until_stopped(queries, table)
     for hop in range(2, hops + 1):
         # A Delta stream needs its source table to exist: each table of the chain is created empty first.
         spark.createDataFrame([], records.schema).write.format("delta").mode("append").save(str(hop_table(table, hop - 1)))
     query = (records.writeStream.format("delta").queryName("bare")
              .option("checkpointLocation", str(table.parent / "_checkpoints" / table.name))
-             .trigger(processingTime=settings.stream_trigger)
+             .trigger(processingTime=trigger)
              .start(str(table)))
     queries = [query]
     for hop in range(2, hops + 1):
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         queries.append(spark.readStream.format("delta").load(str(source))
                        .writeStream.format("delta").queryName(f"bare_{hop}")
                        .option("checkpointLocation", str(table.parent / "_checkpoints" / table.name))
-                       .trigger(processingTime=settings.stream_trigger)
+                       .trigger(processingTime=trigger)
                        .start(str(table)))
     return run_until_stopped(queries, table)
 

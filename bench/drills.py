@@ -97,6 +97,7 @@ def stream_env(settings: Any, **extra: str) -> dict[str, str]:
         "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "2",
         "LAKEHOUSE_QUALITY": "false",
         "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "200",
+        "LAKEHOUSE_STREAM_TRIGGER": "1 second",   # kills land inside batches of every layer, not between long triggers
     })
     env.update(extra)
     return env

@@ -15,7 +15,7 @@ Issue 9, item 5. For each rate (events per second), in a fresh temporary folder:
    not take the stream's cores while it measures. Records beyond the pre-generated ones (a slow start) are
    generated on the fly; the JSON says how many.
 3. `lakehouse stream [TABLE ...]` as a user runs it (a subprocess in its own process group, the project's
-   defaults: every flow unless --tables names some, trigger LAKEHOUSE_STREAM_TRIGGER = 1 second, quality gate
+   defaults: every flow unless --tables names some, LAKEHOUSE_STREAM_TRIGGER = auto (sized triggers), quality gate
    on, shuffle partitions 4, reports to the folder's Dagster instance). Once its bronze queries are
    streaming, one idempotent producer (acks=all, linger 5 ms, as streaming.producer) sends at the rate,
    paced by the monotonic clock, and stamps each record's `sent_at` field (which silver keeps) with the wall
@@ -130,6 +130,7 @@ FLOOR_WORK_WHAT = ("one query doing the orders path's writes per micro-batch (be
 GOLD_TABLE = "gold_revenue_per_minute"
 GOLD_SOURCE = "silver_orders"
 CAUGHT_UP_S = 5.0             # the warm-up ends once the Kafka lag is under this many seconds of production
+FLAT_SPAN_S = 600             # the first and last ten minutes a long window compares (batch time flat over an hour)
 MAX_PREGENERATED = 3_000_000  # records generated before the stream starts (beyond: generated live, ~1 KB each)
 PLACEHOLDER_AT = datetime(1999, 1, 1, tzinfo=timezone.utc)
 LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
@@ -588,6 +589,7 @@ def progress_figures(lake: Path, start: float, end: float) -> dict[str, Any]:
             "batches": len(rs),
             "rows_per_batch_p50": int(statistics.median([r["input_rows"] for r in rs])),
             "batch_ms_p50": int(statistics.median(ms)), "batch_ms_p95": int(np.percentile(ms, 95)),
+            "batch_ms_mean": int(statistics.fmean(ms)),
             "batch_ms_max": int(max(ms)),
             "parts_ms_mean": {k: round(statistics.fmean(v)) for k, v in sorted(parts.items())
                               if k != "triggerExecution"},
@@ -596,6 +598,31 @@ def progress_figures(lake: Path, start: float, end: float) -> dict[str, Any]:
             "kafka_lag_records_last": lags[-1] if lags else None,
         }
     return {"flows": out, "query_seconds_per_second": round(busy_ms / 1000 / max(1.0, end - start), 2)}
+
+
+def flatness(lake: Path, start: float, end: float) -> dict[str, Any]:
+    """Per query: batch time in the window's first and last FLAT_SPAN_S, and last / first (issue 47: <= 1.2)."""
+    first = progress_figures(lake, start, start + FLAT_SPAN_S)["flows"]
+    last = progress_figures(lake, end - FLAT_SPAN_S, end)["flows"]
+    out = {}
+    for query in sorted(first.keys() & last.keys()):
+        a, b = first[query], last[query]
+        out[query] = {"first": {k: a[k] for k in ("batches", "batch_ms_p50", "batch_ms_mean", "rows_per_batch_p50")},
+                      "last": {k: b[k] for k in ("batches", "batch_ms_p50", "batch_ms_mean", "rows_per_batch_p50")},
+                      "ratio_p50": round(b["batch_ms_p50"] / max(1, a["batch_ms_p50"]), 3),
+                      "ratio_mean": round(b["batch_ms_mean"] / max(1, a["batch_ms_mean"]), 3)}
+    return out
+
+
+def table_files(lake: Path) -> dict[str, dict[str, int]]:
+    """Per table of the lake: commits, live data files (added less removed) and commits that compacted it."""
+    out = {}
+    for log_dir in sorted(lake.glob("*/*/_delta_log")):
+        versions = delta_log(log_dir.parent)
+        out[log_dir.parent.name] = {
+            "commits": len(versions), "live_files": sum(len(v.adds) - v.removes for v in versions),
+            "compactions": sum(v.operation == "OPTIMIZE" for v in versions)}
+    return out
 
 
 def health_now(flows, settings) -> dict[str, Any]:
@@ -779,6 +806,8 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
                     say(f"{'bench.bare_stream' if floor else 'lakehouse stream'} stopped (exit {code})")
                     result["stream_exit"] = code
                     result["stream_log_tail"] = stream.text()[-1500:]
+                    result["trigger_sizing"] = next(
+                        (line for line in stream.text().splitlines() if "triggers sized for" in line), None)
                     result["stream_log_traces"] = trace_heads(stream.text())
         # The broker is stopped; the lake stays until the folder is removed.
         result["producer"] = {
@@ -797,6 +826,9 @@ def measure_rate(rate: int, *, minutes: float, warm_up_s: float, tables: Sequenc
         else:
             result.update(analyse(lake, silver_tables, has_gold, start, end, result))
             result["progress"] = progress_figures(lake, start, end)
+            if window_s >= 2 * FLAT_SPAN_S:
+                result["flatness"] = flatness(lake, start, end)
+            result["table_files"] = table_files(lake)
     return result
 
 
@@ -1139,6 +1171,11 @@ def summary(result: dict) -> str:
             f"MiB; cores used in the window {r['cpu_cores_in_window']}; query-seconds per second "
             f"{r['progress']['query_seconds_per_second']}; load {r['load_measure_start']} -> {r['load_measure_end']}, "
             f"machine busy {r['machine_busy_share_in_window']:.0%}")
+        if r.get("trigger_sizing"):
+            lines.append("      " + r["trigger_sizing"].split("triggers sized for", 1)[-1].join(("triggers sized for", "")))
+        for query, f in (r.get("flatness") or {}).items():
+            lines.append(f"      {query}: batch p50 {f['first']['batch_ms_p50']:,} ms in the first {FLAT_SPAN_S // 60} "
+                         f"min, {f['last']['batch_ms_p50']:,} ms in the last: {f['ratio_p50']}x (mean {f['ratio_mean']}x)")
         for flow in ("bronze_orders", "bronze_page_views", "silver_orders", "silver_page_views", GOLD_TABLE):
             p = r["progress"]["flows"].get(flow)
             if p:

@@ -36,8 +36,6 @@ def running_stream(settings: Settings) -> int | None:
 # queries leave it minutes behind (docs/performance.md, "Limits on two cores"). Above this many queries per
 # core, say so.
 QUERIES_PER_CORE = 4
-# Measured with bench.freshness on two cores (docs/performance.md, "Knobs"): every flow kept up.
-SIZED_TRIGGERS = "LAKEHOUSE_STREAM_TRIGGERS='bronze=30 seconds;silver=30 seconds;gold=120 seconds'"
 
 
 def local_cores(master: str) -> int | None:
@@ -57,16 +55,30 @@ def crowded(master: str, queries: int, flows: int | None = None) -> str | None:
     what = f"{queries} queries" + (f" (for {flows} flows)" if flows is not None and flows != queries else "")
     return (f"{what} share {cores} core{'s' if cores > 1 else ''} ({master}): their micro-batches will queue "
             f"behind each other and silver can fall minutes behind (docs/performance.md); stream only the tables you "
-            f"watch (lakehouse stream TABLE ...), give every layer a slower trigger ({SIZED_TRIGGERS} kept all 22 "
-            f"flows up with 250 events/s on two cores, silver one to two minutes behind), or run on more cores.")
+            f"watch (lakehouse stream TABLE ...), leave LAKEHOUSE_STREAM_TRIGGER at auto (its default), which sizes "
+            f"each layer's trigger to the cores, or run on more cores.")
 
 
 def streamed_flows(settings: Settings) -> list[str]:
-    """The flows the running stream runs, as its PID file lists them after the PID."""
+    """The flows the running stream runs, as its PID file lists them on the line after the PID."""
     try:
-        return pid_file(settings).read_text().split()[1:]
+        lines = pid_file(settings).read_text().splitlines()
     except OSError:
         return []
+    return lines[1].split() if len(lines) > 1 else []
+
+
+def streamed_triggers(settings: Settings) -> dict[str, float]:
+    """Each streamed flow's trigger in seconds, as the running stream's PID file lists them (flow=seconds)."""
+    try:
+        lines = pid_file(settings).read_text().splitlines()
+    except OSError:
+        return {}
+    pairs = (item.split("=", 1) for item in (lines[2].split() if len(lines) > 2 else []) if "=" in item)
+    try:
+        return {flow: float(seconds) for flow, seconds in pairs}
+    except ValueError:
+        return {}
 
 
 def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
@@ -74,7 +86,8 @@ def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.orchestration.runs import dagster_instance
     from lakehouse.orchestration.streams import DagsterReporter
     from lakehouse.streaming.context import duration_micros
-    from lakehouse.streaming.continuous import StreamFailed, Supervisor, flows_for, query_count
+    from lakehouse.streaming.continuous import StreamFailed, Supervisor, flows_for, query_count, stream_queries
+    from lakehouse.streaming.trigger_sizing import AUTO, resolve
     from lakehouse.streaming.flows import FLOWS
     from lakehouse.streaming.kafka_topics import ensure_topics
     from lakehouse.schemas.topics import TopicSpec
@@ -97,14 +110,22 @@ def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
         ensure_topics(settings.kafka_bootstrap, topics, replication_factor=settings.kafka_replication_factor,
                       replay_window_ms=duration_ms(settings.replay_window))
     log.info("starting Spark (%s) for %d flows", settings.spark_master, len(flows))
-    warning = crowded(settings.spark_master, query_count(flows, settings.stream_one_query_per_topic), len(flows))
+    sized = settings.stream_trigger.strip().lower() == AUTO
+    warning = None if sized else crowded(
+        settings.spark_master, query_count(flows, settings.stream_one_query_per_topic), len(flows))
     if warning:
         log.warning(warning)
     spark = resources["spark"].session()
+    trigger, triggers, sizing = resolve(
+        settings.stream_trigger, settings.stream_triggers,
+        stream_queries(flows, settings.stream_one_query_per_topic, settings.stream_triggers),
+        cores=spark.sparkContext.defaultParallelism, topics=len(topics))
+    if sizing is not None:
+        (log.info if sizing.fits else log.warning)("%s", sizing.sentence())
     ctx = resources["lake"].flow_context(resources["kafka"])
     report = None if args.no_dagster else _reporter(DagsterReporter(dagster_instance(settings)))
     supervisor = Supervisor(
-        spark, flows, ctx, trigger=settings.stream_trigger, triggers=settings.stream_triggers, report=report,
+        spark, flows, ctx, trigger=trigger, triggers=triggers, report=report,
         report_every_s=duration_micros(settings.stream_report_every) / 1e6, max_failures=settings.stream_max_restarts,
         one_query_per_topic=settings.stream_one_query_per_topic, catch_up_parallel=settings.catch_up_parallel,
     )
@@ -117,10 +138,11 @@ def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    pid_file(settings).write_text(f"{os.getpid()}\n{' '.join(f.name for f in flows)}\n")
+    pid_file(settings).write_text(
+        f"{os.getpid()}\n{' '.join(f.name for f in flows)}\n"
+        + " ".join(f"{f.name}={duration_micros(supervisor.trigger_of(f)) / 1e6:g}" for f in flows) + "\n")
     log.info("streaming %d flows every %s%s: %s; Ctrl-C or SIGTERM stops them cleanly", len(flows),
-             settings.stream_trigger, "".join(f", {k} every {v}" for k, v in settings.stream_triggers.items()),
-             ", ".join(f.name for f in flows))
+             trigger, "".join(f", {k} every {v}" for k, v in triggers.items()), ", ".join(f.name for f in flows))
     started = time.monotonic()
     try:
         supervisor.run(stop)
@@ -173,12 +195,15 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     flows = [f for f in FLOWS if f.name in streamed] if streamed else flows_for(FLOWS, args.tables)
     health = stream_health(flows, ctx)
     limit_s = duration_micros(settings.stream_freshness) / 1e6
+    # A flow whose trigger is slower than the limit commits less often than that and is still on time.
+    triggers = streamed_triggers(settings) if pid else {}
     now = time.time()
     rows = [("flow", "table", "last batch", "committed", "lag", "fresh")]
     stale = 0
     for h in health:
         age = h.age_s(now)
-        fresh = "-" if age is None else ("yes" if age <= limit_s or h.caught_up else "no")
+        fresh = "-" if age is None else (
+            "yes" if age <= max(limit_s, 2 * triggers.get(h.flow, 0)) or h.caught_up else "no")
         stale += fresh == "no"
         rows.append((h.flow, h.table, "-" if h.batch_id is None else str(h.batch_id), _age(age), h.lag_text(), fresh))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -196,7 +221,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     if streamed and len(flows) < len(FLOWS):
         state += f", {len(flows)} of {len(FLOWS)} flows (`lakehouse status TABLE ...` shows others)"
     print(f"{when}: {state}; fresh = caught up, or a batch committed within LAKEHOUSE_STREAM_FRESHNESS "
-          f"({settings.stream_freshness})"
+          f"({settings.stream_freshness}, or two of its flow's triggers when those are longer)"
           f"; lag = Kafka records behind the end, or Delta versions of the input not yet read.")
     return 0 if pid else 3
 
@@ -243,7 +268,9 @@ def add_stream_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "stream", help="run the flows continuously (seconds from send to silver and gold) until Ctrl-C or SIGTERM",
         description="Starts every flow (or the named tables' flows and the flows they read from) as a continuous "
-                    "query in one Spark session, a micro-batch every LAKEHOUSE_STREAM_TRIGGER (default 1 second; "
+                    "query in one Spark session, a micro-batch every LAKEHOUSE_STREAM_TRIGGER (default auto: each "
+                    "layer's trigger sized to the cores and the number of queries, gold four times slower than "
+                    "bronze and silver, and the start-up log says what that sustains; "
                     "LAKEHOUSE_STREAM_TRIGGERS sets another per layer or flow, e.g. \"gold=5 seconds\"; "
                     "LAKEHOUSE_STREAM_ONE_QUERY_PER_TOPIC=true runs each topic's bronze and silver flows and the "
                     "tables that read only that silver as one query). "

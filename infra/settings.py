@@ -148,6 +148,8 @@ HOST = _matching(_HOST, "use a host name or an IP address")
 WATERMARKS = Rule(
     'write it as flow=duration;flow=duration, e.g. "gold_sessions=1 hour;gold_joined=45 minutes"',
     _parse_pairs, _is_watermarks)
+TRIGGER = _matching(rf"auto|{_DURATION_PART}(?: {_DURATION_PART})*",
+                    'use auto, or a Spark interval such as "1 second" or "30 seconds"', re.I)
 TRIGGERS = Rule(
     'write it as name=duration;name=duration with a layer (bronze, silver, gold) or a flow as the name, '
     'e.g. "gold=5 seconds;bronze_clicks=2 seconds"', _parse_pairs, _is_triggers)
@@ -282,8 +284,9 @@ class Settings:
     maintenance_cron: str = _setting(
         "0 3 * * *", "When the nightly compaction (OPTIMIZE) and VACUUM run: a cron expression in UTC.", CRON)
     stream_trigger: str = _setting(
-        "1 second", "How often `lakehouse stream` starts a micro-batch per flow (Spark's processing-time trigger).",
-        DURATION)
+        "auto", "How often `lakehouse stream` starts a micro-batch per flow (Spark's processing-time trigger): auto "
+        "sizes each layer's trigger to the cores and the number of queries and logs what that sustains; a duration "
+        "sets every flow's.", TRIGGER)
     stream_triggers: Mapping[str, str] = _setting(
         dict, "Triggers that override LAKEHOUSE_STREAM_TRIGGER for a layer (bronze, silver, gold) or a flow: "
         "name=duration;name=duration. A flow's own entry wins over its layer's; a slower layer leaves the "
@@ -303,6 +306,11 @@ class Settings:
     stream_max_restarts: int = _setting(
         5, "Failures in a row after which `lakehouse stream` stops a flow for good (and the command, with the reason).",
         _integer(0, 1000))
+    auto_compact: bool = _setting(
+        True, "Delta's auto compaction: once a table (or a partition of it) holds 50 files under 64 MB, the writer "
+        "rewrites them into larger ones right after its commit (dataChange=false, so streams reading the table "
+        "skip it). A stream committing every few seconds leaves thousands of small files an hour without it.",
+        BOOLEAN)
     quality: bool = _setting(
         True, "Check every silver and gold batch against its table's expectation suite (quality/suites.py); "
         "false skips the checks (for measuring what they cost).", BOOLEAN)

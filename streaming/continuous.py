@@ -13,7 +13,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from lakehouse.schemas.tables import TableSpec
 from lakehouse.schemas.topics import TopicSpec
-from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.context import FlowContext, duration_micros
 from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.health import latest_version
 from lakehouse.streaming.kafka_topics import KafkaUnreachable
@@ -21,6 +21,7 @@ from lakehouse.streaming.parallel_runs import run_flows
 from lakehouse.streaming.topic_query import TopicGroup, start_topic_query, topic_groups
 from lakehouse.streaming.progress import ProgressRecorder
 from lakehouse.streaming.fingerprints import DefinitionChanged
+from lakehouse.streaming.trigger_sizing import Query
 from lakehouse.streaming.runner import (
     BrokerWatchdog, FlowRun, KafkaLost, QualityStopped, _raise_if_kafka_lost, _raise_if_quality_breach, first_line,
     start_flow,
@@ -39,10 +40,29 @@ class UnknownTable(ValueError):
 
 def query_count(flows: Iterable[Flow], one_query_per_topic: bool) -> int:
     """How many queries `lakehouse stream` runs for `flows`: one per flow, less what each topic query takes in."""
+    return len(stream_queries(flows, one_query_per_topic))
+
+
+def stream_queries(flows: Iterable[Flow], one_query_per_topic: bool,
+                   triggers: Mapping[str, str] | None = None) -> list[Query]:
+    """The queries `lakehouse stream` runs for `flows`, for sizing their triggers (streaming/trigger_sizing.py).
+
+    A topic query takes its silver flow's trigger and writes its bronze, silver and members each batch;
+    `triggers` are the ones the user set, by layer or flow name (a flow's own wins).
+    """
     flows = list(flows)
-    if not one_query_per_topic:
-        return len(flows)
-    return len(flows) - sum(1 + len(g.members) for g in topic_groups(flows).values())
+    triggers = triggers or {}
+    groups = topic_groups(flows) if one_query_per_topic else {}
+    carried = {f.name for g in groups.values() for f in (g.bronze, *g.members)}
+    queries = []
+    for flow in flows:
+        if flow.name in carried:
+            continue
+        pinned = triggers.get(flow.name) or triggers.get(flow.target.layer)
+        group = groups.get(flow.name)
+        queries.append(Query(flow.target.layer, 1 if group is None else 2 + len(group.members),
+                             duration_micros(pinned) / 1e6 if pinned else None))
+    return queries
 
 
 def flows_for(flows: Iterable[Flow], names: Iterable[str]) -> list[Flow]:

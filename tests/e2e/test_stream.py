@@ -47,6 +47,7 @@ def env_for(settings: Settings, **extra: str) -> dict[str, str]:
         "LAKEHOUSE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
         "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "2", "LAKEHOUSE_STREAM_REPORT_EVERY": "2 seconds",
         "LAKEHOUSE_QUALITY": "false",
+        "LAKEHOUSE_STREAM_TRIGGER": "1 second",   # these tests wait for rows, not for the sizing of triggers
     })
     env.update(extra)
     return env
@@ -57,9 +58,9 @@ class Stream:
 
     started: list["Stream"] = []
 
-    def __init__(self, settings: Settings, log: Path, *tables_: str):
+    def __init__(self, settings: Settings, log: Path, *tables_: str, **env: str):
         self.log = log
-        self.proc = subprocess.Popen([str(LAKEHOUSE), "stream", *tables_], env=env_for(settings),
+        self.proc = subprocess.Popen([str(LAKEHOUSE), "stream", *tables_], env=env_for(settings, **env),
                                      stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
         Stream.started.append(self)
 
@@ -209,11 +210,16 @@ def test_stream_alternates_with_catch_up_and_dagster_sees_it(spark, broker, tmp_
         run_flow(spark, BY_NAME[name], ctx)
     assert silver_complete() and gold_complete()
 
-    # 4. Continuous again: it resumes where the catch-up stopped.
-    stream = Stream(settings, log, *STREAMED)
+    # 4. Continuous again: it resumes where the catch-up stopped. Its triggers are sized (the default), here
+    # for 16 task slots, which makes them short: bronze and silver every second, gold every four.
+    stream = Stream(settings, log, *STREAMED, LAKEHOUSE_STREAM_TRIGGER="auto", LAKEHOUSE_SPARK_MASTER="local[16]")
     produce_phase(43, (13, 0))
     wait_until(lambda: silver_complete() and gold_complete(), "phase 3 in silver and gold", stream)
     assert stream.terminate() == 0, log.read_text()[-3000:]
+    said = log.read_text()
+    assert "triggers sized for 16 cores and 3 queries: bronze every 1 second, silver every 1 second, gold every 4 " \
+           "seconds; their fixed cost takes about 4.0 cores; the rest sustains about" in said, said[-3000:]
+    assert "gold_revenue_per_minute (trigger every 4 seconds)" in said
 
     # Nothing lost, nothing twice, in any layer.
     bronze = [(r.topic, r.partition, r.offset) for r in read(spark, shop.ORDERS.bronze_table, ctx)]

@@ -60,10 +60,59 @@ def test_a_stream_with_more_queries_than_a_local_master_serves_is_told_so_in_one
     assert crowded("local[1]", 8, len(FLOWS)).startswith(f"8 queries (for {len(FLOWS)} flows) share 1 core (local[1])")
 
 
-def test_the_triggers_the_warning_proposes_are_a_valid_setting():
-    from lakehouse.infra.settings import Settings
-    from lakehouse.cli.stream import SIZED_TRIGGERS
+def test_auto_sizes_the_shop_on_two_cores_as_measured_and_shortens_triggers_with_more_cores():
+    from lakehouse.streaming.continuous import stream_queries
+    from lakehouse.streaming.trigger_sizing import QUERY_SHARE, fixed_cores, size_triggers
 
-    name, value = SIZED_TRIGGERS.split("=", 1)
-    triggers = Settings.from_env({name: value.strip("'")}).stream_triggers
-    assert dict(triggers) == {"bronze": "30 seconds", "silver": "30 seconds", "gold": "120 seconds"}
+    per_flow = stream_queries(FLOWS, False)
+    two = size_triggers(per_flow, cores=2, topics=5)
+    # The triggers that kept all 22 flows up at 250 events/s on two cores (docs/performance.md, "Knobs").
+    assert dict(two.layer_s) == {"bronze": 30, "silver": 30, "gold": 120} and two.fits
+    assert two.fixed_cores <= QUERY_SHARE * 2 and two.events_per_s > 250
+    # The next rung down would ask more than the share: the sizing took the shortest that fits.
+    assert fixed_cores(per_flow, {"bronze": 20, "silver": 20, "gold": 80}) > QUERY_SHARE * 2
+    wider = [size_triggers(per_flow, cores=c, topics=5) for c in (4, 8, 64)]
+    assert [w.layer_s["silver"] for w in wider] == sorted((w.layer_s["silver"] for w in wider), reverse=True)
+    assert wider[-1].layer_s == {"bronze": 1, "silver": 1, "gold": 4}
+    assert [w.events_per_s for w in (two, *wider)] == sorted(w.events_per_s for w in (two, *wider))
+    # The orders path alone: three queries on two cores.
+    orders = size_triggers(stream_queries([f for f in FLOWS if f.name in (
+        "bronze_orders", "silver_orders", "gold_revenue_per_minute")], False), cores=2, topics=1)
+    assert dict(orders.layer_s) == {"bronze": 5, "silver": 5, "gold": 20} and orders.queries == 3
+
+
+def test_one_query_per_topic_is_sized_by_the_flows_each_batch_writes():
+    from lakehouse.streaming.continuous import stream_queries
+    from lakehouse.streaming.trigger_sizing import size_triggers
+
+    fused = stream_queries(FLOWS, True)
+    assert len(fused) == 8 and sum(q.flows for q in fused) == len(FLOWS)
+    sized = size_triggers(fused, cores=2, topics=5)
+    assert sized.fits and sized.queries == 8 and sized.layer_s["silver"] >= 30
+
+
+def test_a_trigger_set_by_hand_is_kept_and_counted_and_one_too_fast_is_said_to_fall_behind():
+    from lakehouse.streaming.continuous import stream_queries
+    from lakehouse.streaming.trigger_sizing import resolve
+
+    set_by_hand = {"gold": "10 minutes", "silver": "10 minutes"}
+    trigger, triggers, sizing = resolve("auto", set_by_hand, stream_queries(FLOWS, False, set_by_hand), 2, 5)
+    assert triggers["gold"] == triggers["silver"] == "10 minutes" and set(sizing.layer_s) == {"bronze"}
+    assert sizing.fits and sizing.layer_s["bronze"] < 30      # the slower layers leave room for bronze
+    assert trigger == triggers["bronze"] == f"{sizing.layer_s['bronze']} seconds"
+    assert sizing.sentence().startswith("triggers sized for 2 cores and 22 queries: bronze every")
+    assert "sustains about" in sizing.sentence() and ". " not in sizing.sentence()
+    fast = {"gold": "1 second"}
+    _, triggers, sizing = resolve("AUTO", fast, stream_queries(FLOWS, False, fast), 2, 5)
+    assert not sizing.fits and triggers["gold"] == "1 second"
+    assert sizing.layer_s == {"bronze": 30, "silver": 30}      # sized as if gold were not there, not slowest
+    assert "the stream will fall behind" in sizing.sentence() and sizing.events_per_s == 0
+    # A duration is every flow's trigger, as before: nothing is sized.
+    assert resolve("1 second", fast, stream_queries(FLOWS, False, fast), 2, 5) == ("1 second", fast, None)
+
+
+def test_the_trigger_setting_takes_auto_or_a_duration():
+    assert Settings.from_env({}).stream_trigger == "auto"
+    assert Settings.from_env({"LAKEHOUSE_STREAM_TRIGGER": "2 seconds"}).stream_trigger == "2 seconds"
+    with pytest.raises(SettingsError, match="use auto, or a Spark interval"):
+        Settings.from_env({"LAKEHOUSE_STREAM_TRIGGER": "fast"})
