@@ -22,8 +22,12 @@ BATCH_CORE_S = 1.8
 # and runs the broker and the driver. Calibrated on two cores: 22 flows at 30/30/120 s (0.87 cores by
 # BATCH_CORE_S) kept up at 250 events/s; at 10/20/60 s (1.83 cores) they did not.
 QUERY_SHARE = 0.45
-# Core-microseconds an event costs in each flow it passes through, past the fixed cost (streamed, two cores).
-EVENT_CORE_US = 45.0
+# Core-microseconds an event costs in each flow it passes through, past the fixed cost, for the whole shop
+# pipeline (its sessions, joins and id-keyed MERGEs are the dearest flows; lighter ones cost less): at 250
+# events/s with the sized triggers two cores were 68% busy, 0.31 cores beyond the fixed cost, the broker and
+# the stream's Python, over 22 flows on 5 topics (bench.freshness, 2026-11-29). It puts what the shop's 22
+# flows sustain on two cores at about 650 events/s: they kept up at 250/s and not at 1,000/s.
+EVENT_CORE_US = 280.0
 # Cores a local broker and the stream's own Python take beside Spark.
 OTHERS_CORES = 0.3
 # How much slower than bronze's and silver's trigger each layer's is.
@@ -67,9 +71,10 @@ class Sizing:
             return (f"{head}, more than the {QUERY_SHARE:.0%} it may: the stream will fall behind; stream only the "
                     "tables you watch (lakehouse stream TABLE ...) or run on more cores")
         slowest = max(self.layer_s.values())
-        return (f"{head}; the rest sustains about {self.events_per_s:,} events/s, and a table is about one trigger "
-                f"of its layer behind its input when keeping up (gold up to {_spark(slowest)} plus a batch); "
-                "LAKEHOUSE_STREAM_TRIGGER or LAKEHOUSE_STREAM_TRIGGERS set them by hand")
+        return (f"{head}; the rest sustains about {self.events_per_s:,} events/s at the shop pipeline's cost per "
+                f"event (lighter flows sustain more), and a table is about one trigger of its layer behind its input "
+                f"when keeping up (gold up to {_spark(slowest)} plus a batch); LAKEHOUSE_STREAM_TRIGGER or "
+                "LAKEHOUSE_STREAM_TRIGGERS set them by hand")
 
 
 def _spark(seconds: float) -> str:
