@@ -425,6 +425,7 @@ class Version:
     user_metadata: dict | None
     adds: list[str] = field(default_factory=list)     # data file paths (relative, decoded), in commit order
     removes: int = 0
+    rewritten: int = 0                 # files added with dataChange=false (compaction): rows already counted
     records_added: int = 0             # numRecords of the added files' stats
 
 
@@ -440,7 +441,9 @@ def delta_log(table: Path) -> list[Version]:
             if not line.strip():
                 continue
             action = json.loads(line)
-            if "add" in action:
+            if "add" in action and action["add"].get("dataChange") is False:
+                version.rewritten += 1   # OPTIMIZE (also Delta's auto compaction) rewrites rows already added
+            elif "add" in action:
                 version.adds.append(unquote(action["add"]["path"]))
                 version.records_added += json.loads(action["add"].get("stats") or "{}").get("numRecords", 0)
             elif "remove" in action:
@@ -620,7 +623,7 @@ def table_files(lake: Path) -> dict[str, dict[str, int]]:
     for log_dir in sorted(lake.glob("*/*/_delta_log")):
         versions = delta_log(log_dir.parent)
         out[log_dir.parent.name] = {
-            "commits": len(versions), "live_files": sum(len(v.adds) - v.removes for v in versions),
+            "commits": len(versions), "live_files": sum(len(v.adds) + v.rewritten - v.removes for v in versions),
             "compactions": sum(v.operation == "OPTIMIZE" for v in versions)}
     return out
 
