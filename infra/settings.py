@@ -307,9 +307,9 @@ class Settings:
         5, "Failures in a row after which `lakehouse stream` stops a flow for good (and the command, with the reason).",
         _integer(0, 1000))
     auto_compact: bool = _setting(
-        True, "Delta's auto compaction: once a table (or a partition of it) holds 50 files under 64 MB, the writer "
-        "rewrites them into larger ones right after its commit (dataChange=false, so streams reading the table "
-        "skip it). A stream committing every few seconds leaves thousands of small files an hour without it.",
+        False, "Delta's auto compaction: the writer rewrites a table's small files right after its commit "
+        "(dataChange=false, so streams reading the table skip it). Off by default: the flows' replay checks "
+        "read their table's newest commit and do not yet pass over a compaction's (docs/performance.md).",
         BOOLEAN)
     quality: bool = _setting(
         True, "Check every silver and gold batch against its table's expectation suite (quality/suites.py); "
