@@ -71,8 +71,8 @@ class Sizing:
             return (f"{head}, more than the {QUERY_SHARE:.0%} it may: the stream will fall behind; stream only the "
                     "tables you watch (lakehouse stream TABLE ...) or run on more cores")
         slowest = max(self.layer_s.values())
-        return (f"{head}; the rest sustains about {self.events_per_s:,} events/s at the shop pipeline's cost per "
-                f"event (lighter flows sustain more), and a table is about one trigger of its layer behind its input "
+        return (f"{head}; the rest sustains about {self.events_per_s:,} events/s at the bundled example pipeline's cost "
+                f"per event (lighter flows sustain more), and a table is about one trigger of its layer behind its input "
                 f"when keeping up (gold up to {_spark(slowest)} plus a batch); LAKEHOUSE_STREAM_TRIGGER or "
                 "LAKEHOUSE_STREAM_TRIGGERS set them by hand")
 
