@@ -18,6 +18,9 @@ from pyspark.sql import SparkSession
 
 from lakehouse.streaming.lake_files import hadoop_fs, has_delta_log
 
+# Commits that change none of a table's rows: compaction (the nightly OPTIMIZE or Delta's auto compaction
+# after a write) and VACUUM. A reader asking what last wrote the table's rows passes over them.
+MAINTENANCE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
 # What a commit wrote, by operation: a Delta sink's appends, or the rows a MERGE inserted and updated.
 _WRITTEN = {"STREAMING UPDATE": ("numOutputRows",), "MERGE": ("numTargetRowsInserted", "numTargetRowsUpdated")}
 
@@ -37,6 +40,11 @@ class Commit:
     def rows(self) -> int:
         """Rows the commit wrote (appended, or inserted and updated by a MERGE)."""
         return sum(int(self.metrics.get(name, 0)) for name in _WRITTEN.get(self.operation, ()))
+
+    @property
+    def maintenance(self) -> bool:
+        """Whether the commit only rearranged files (OPTIMIZE, VACUUM): the rows are those of the commit before it."""
+        return self.operation in MAINTENANCE
 
 
 def _snapshot(spark: SparkSession, path: str):
@@ -124,3 +132,19 @@ def last_commit(spark: SparkSession, path: str) -> Commit | None:
     """The table's newest commit (None when there is no table)."""
     newest = table_version(spark, path)
     return None if newest is None else _read_commit(spark, path, newest)
+
+
+# Maintenance commits read past at most: auto compaction adds one after a write, the nightly job three.
+_MAINTENANCE_RUN = 50
+
+
+def last_data_commit(spark: SparkSession, path: str) -> Commit | None:
+    """The newest commit that wrote the table's rows, passing over compactions and VACUUMs on top of it.
+
+    None when there is no table, or when more maintenance commits than any writer leaves lie on top (or
+    the log no longer holds what is under them): the caller then reads the table itself.
+    """
+    for commit in newest_commits(spark, path, limit=_MAINTENANCE_RUN):
+        if not commit.maintenance:
+            return commit
+    return None

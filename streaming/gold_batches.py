@@ -41,7 +41,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.schemas.tables import LATE_ARRIVALS, TableSpec
 from lakehouse.streaming.context import BatchScope, FlowContext, QualityGate, iso_micros, timestamp_literal
-from lakehouse.streaming.delta_log import Commit, last_commit, newest_commits, txn_version
+from lakehouse.streaming.delta_log import Commit, last_data_commit, newest_commits, txn_version
 from lakehouse.streaming.lake_files import has_delta_log
 from lakehouse.streaming.positions import BatchRecord, RecordsPositions, UserMetadata
 from lakehouse.streaming.sinks import append_once, dml_once, ensure_table, merge_metrics
@@ -62,8 +62,6 @@ _WATERMARK_COLUMNS = (("max_event_micros", "BIGINT"), ("batch_id", "BIGINT"), ("
                       ("txn_app_id", "STRING"), ("before_max_micros", "BIGINT"), ("before_seen_micros", "BIGINT"))
 # watermark_after while a new flow holds its first watermark (a split commit): no window or join closes.
 _NOTHING_CLOSES = -(1 << 62)
-# Commits of a gold table that change none of its rows; they carry its newest watermark forward (carried_watermark).
-_MAINTENANCE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
 
 
 class StaleGoldTable(RuntimeError):
@@ -263,7 +261,7 @@ def saved_in_log(spark: SparkSession, path: str) -> tuple[int, dict] | None:
     carried = None
     for commit in newest_commits(spark, path, limit=100_000):
         saved = _saved_in(commit)
-        if commit.operation not in _MAINTENANCE:
+        if not commit.maintenance:
             return None if saved is None else (commit.timestamp, saved)
         if carried is None and saved is not None:
             carried = (commit.timestamp, saved)
@@ -354,11 +352,11 @@ class EventTimeWriter(RecordsPositions):
         return found if found is not None and found[1].get("app") == self.app_id else None
 
     def _in_watermark_table(self, spark: SparkSession) -> tuple[int, dict] | None:
-        """The watermark table's row: from its commit's userMetadata (`saved`) when that is the table's newest
-        commit, else by reading the table (a Spark job, 0.5-0.7 s on 2 cores; a table saved by older code)."""
+        """The watermark table's row: from its commit's userMetadata (`saved`) when that is the newest commit
+        that wrote it, else by reading the table (a Spark job, 0.5-0.7 s on 2 cores; a table saved by older code)."""
         if not has_delta_log(spark, self.watermark_path):
             return None
-        commit = last_commit(spark, self.watermark_path)
+        commit = last_data_commit(spark, self.watermark_path)
         at = commit.timestamp if commit is not None else 0
         if commit is not None and commit.operation == "WRITE" and (saved := _saved_in(commit)) is not None:
             return at, saved
@@ -380,8 +378,8 @@ class EventTimeWriter(RecordsPositions):
         self._save_max(spark, saved, None, None, json.dumps({_SAVED: saved}, separators=(",", ":")))
 
     def _closed_in_target(self, spark: SparkSession, txn: str, batch_id: int) -> bool:
-        """Whether the target's newest commit is this batch's MERGE with its watermark (`Step.closing_metadata`)."""
-        commit = last_commit(spark, self.target.path(self.lake_root))
+        """Whether the target's newest write is this batch's MERGE with its watermark (`Step.closing_metadata`)."""
+        commit = last_data_commit(spark, self.target.path(self.lake_root))
         saved = None if commit is None else _saved_in(commit)
         return saved is not None and saved.get("txn_app_id") == txn and saved.get("batch_id") == batch_id
 

@@ -17,6 +17,7 @@ from pyarrow import fs as pafs
 
 from lakehouse.schemas.topics import TopicSpec
 from lakehouse.streaming.context import FlowContext
+from lakehouse.streaming.delta_log import MAINTENANCE
 from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.lake_files import DELTA_LOG_VERSION_FILE
 from lakehouse.streaming.topic_query import covering
@@ -54,6 +55,22 @@ def latest_version(table_uri: str) -> int | None:
     versions = [int(m.group(1)) for info in _listing(f"{table_uri.rstrip('/')}/_delta_log")
                 if (m := DELTA_LOG_VERSION_FILE.match(info.base_name))]
     return max(versions) if versions else None
+
+
+def latest_data_version(table_uri: str) -> int | None:
+    """The newest version that wrote the table's rows: a compaction or VACUUM on top leaves nothing to read."""
+    newest = latest_version(table_uri)
+    if newest is None:
+        return None
+    for version in range(newest, max(newest - 50, -1), -1):
+        try:
+            first = _read(f"{table_uri.rstrip('/')}/_delta_log/{version:020d}.json").split("\n", 1)[0]
+            operation = json.loads(first).get("commitInfo", {}).get("operation")
+        except (OSError, FileNotFoundError, ValueError):
+            return version
+        if operation not in MAINTENANCE:
+            return version
+    return newest
 
 
 @dataclass
@@ -167,7 +184,7 @@ def flow_health(flow: Flow, ctx: FlowContext, ends: Mapping[str, Mapping[int, tu
                 at = int(read.get(str(partition), low))
                 health.kafka_lag[f"{source.name}/{partition}"] = max(0, high - max(at, low))
         else:
-            newest = latest_version(stream_path(source, ctx))
+            newest = latest_data_version(stream_path(source, ctx))
             if newest is None:
                 continue
             health.versions_behind[source.name] = max(0, newest - _done_version(offset))

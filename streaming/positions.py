@@ -63,7 +63,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.streaming.delta_log import table_id
+from lakehouse.streaming.delta_log import MAINTENANCE, table_id
 from lakehouse.streaming.lake_files import hadoop_fs, has_delta_log
 
 if TYPE_CHECKING:
@@ -179,11 +179,16 @@ class Recorded:
 
 
 def _records(spark: SparkSession, table_path: str, flow_name: str) -> list[Recorded]:
-    """Every commit of the table whose userMetadata names the flow, newest first."""
+    """Every commit of the table whose userMetadata names the flow, newest first.
+
+    A compaction after a MERGE carries the MERGE's userMetadata (a session setting) but wrote no batch: passed over.
+    """
     if not has_delta_log(spark, table_path):
         return []
-    history = DeltaTable.forPath(spark, table_path).history().select("version", "timestamp", "userMetadata")
+    history = DeltaTable.forPath(spark, table_path).history().select("version", "timestamp", "userMetadata",
+                                                                      "operation")
     rows = (history.where(F.get_json_object("userMetadata", "$.flow") == F.lit(flow_name))
+            .where(~F.col("operation").isin(*MAINTENANCE))
             .orderBy(F.col("version").desc()).collect())
     found = []
     for row in rows:

@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from lakehouse.schemas.events import EventSchema
 from lakehouse.schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
 from lakehouse.streaming.context import FlowContext, QualityGate, instant_of, iso_micros, timestamp_literal
-from lakehouse.streaming.delta_log import last_commit, table_version
+from lakehouse.streaming.delta_log import last_data_commit, table_version
 from lakehouse.streaming.lake_files import has_delta_log
 from lakehouse.streaming.positions import RecordsPositions, parse_metadata
 from lakehouse.streaming.sinks import StateWarmer, append_once
@@ -92,7 +92,7 @@ class SilverWriter(RecordsPositions):
         """Where the watermark stood when this query started: silver's newest event time, or the one held.
 
         Each silver append records silver's newest event time after it (`seen_max_micros`); when that
-        append is still the table's newest commit, the number is taken from there instead of from a
+        append is still the newest commit that wrote silver's rows (compactions on top change none), the number is taken from there instead of from a
         scan of the whole table, whose cost grows with it.
 
         A batch that ended inside a source commit held the watermark (`BatchRecord.ends_inside_a_commit`)
@@ -106,7 +106,8 @@ class SilverWriter(RecordsPositions):
         self._max_micros = self._seen_micros = None
         if not has_delta_log(spark, self.silver_path):
             return
-        last = parse_metadata(last_commit(spark, self.silver_path).user_metadata)
+        newest = last_data_commit(spark, self.silver_path)
+        last = None if newest is None else parse_metadata(newest.user_metadata)
         mine = last is not None and last.get("flow") == self.flow
         started = last.get("started") if mine else None
         if isinstance(started, dict) and started.get("txn") == txn and last.get("batch") == batch_id:
@@ -114,10 +115,10 @@ class SilverWriter(RecordsPositions):
             self._replayed_seen = last.get("seen_max_micros")   # silver holds what the first run appended
             return
         if mine and isinstance(last.get("seen_max_micros"), int):
-            # This writer's own append is the newest commit, so nothing has changed silver since it counted.
+            # This writer's own append is the newest write, so nothing has changed silver's rows since it counted.
             self._seen_micros = last["seen_max_micros"]
         else:
-            # Anything else wrote last (a backfill, a replay's swap, OPTIMIZE, a user's DELETE): read silver.
+            # Anything else wrote last (a backfill, a replay's swap, a user's DELETE): read silver.
             self._seen_micros = (spark.read.format("delta").load(self.silver_path)
                                  .agg(F.max(F.unix_micros(self.schema.event_time))).first()[0])
         self._max_micros = last.get("held_max_micros") if mine and last.get("held") else self._seen_micros

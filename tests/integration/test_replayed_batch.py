@@ -229,22 +229,43 @@ def bronze_orders(spark, *rows, first_offset=0):
     return to_bronze(spark.createDataFrame(out, BRONZE))
 
 
-def test_a_silver_batch_replayed_after_its_append_lists_nothing_late_that_silver_holds(spark, tmp_path):
-    """The first run of batch 0 appended every order to silver; its replay, by a new writer, must not find them late."""
+@pytest.fixture
+def auto_compaction(spark):
+    """Delta's auto compaction after every write of this session, however few files a table has."""
+    keys = ("spark.databricks.delta.autoCompact.enabled", "spark.databricks.delta.autoCompact.minNumFiles")
+    before = {k: spark.conf.get(k, None) for k in keys}
+    spark.conf.set(keys[0], "true")
+    spark.conf.set(keys[1], "1")
+    yield
+    for key, value in before.items():
+        spark.conf.unset(key) if value is None else spark.conf.set(key, value)
+
+
+@pytest.mark.parametrize("maintenance", [None, "nightly OPTIMIZE", "auto compaction"])
+def test_a_silver_batch_replayed_after_its_append_lists_nothing_late_that_silver_holds(spark, tmp_path, request,
+                                                                                      maintenance):
+    """The first run of batch 0 appended every order to silver; its replay, by a new writer, must not find them late,
+    also when silver was compacted in between (the nightly OPTIMIZE, or Delta's auto compaction after the append)."""
     lake = str(tmp_path / "lake")
     flow = BY_NAME["silver_orders"]
     ctx = FlowContext(lake_root=lake, kafka_bootstrap="unused:1", silver_dedup_watermark="10 minutes")
+    if maintenance == "auto compaction":
+        request.getfixturevalue("auto_compaction")
 
     def writer():   # as a stream's: each commit records the batch (streaming/positions.py)
         return flow.batch_writer(ctx).record_positions(flow.name, {"bronze_orders": 1})
 
-    batch = bronze_orders(spark, ("o1", 0), ("o2", 5), ("o3", 40))
+    batch = bronze_orders(spark, ("o1", 0), ("o2", 5), ("o3", 40)).repartition(3)   # three files to compact
     writer()(flow.apply(batch, ctx=ctx), 0)
 
     def silver():   # read again each time: a loaded Delta DataFrame keeps the version it was loaded at
         return sorted(r["event_id"] for r in spark.read.format("delta").load(SILVER_ORDERS.path(lake)).collect())
 
     assert silver() == ["o1", "o2", "o3"]
+    if maintenance == "nightly OPTIMIZE":
+        assert compact_table(spark, SILVER_ORDERS, lake).status == "compacted"
+    if maintenance is not None:
+        assert last_commit(spark, SILVER_ORDERS.path(lake)).operation == "OPTIMIZE"   # silver's newest commit
 
     replay = writer()
     replay(flow.apply(batch, ctx=ctx), 0)

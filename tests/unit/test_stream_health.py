@@ -11,7 +11,7 @@ from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.continuous import UnknownTable, flows_for
 from lakehouse.streaming.runner import first_line as _first_line
 from lakehouse.streaming.flows import BY_NAME, FLOWS
-from lakehouse.streaming.health import committed_batch, flow_health, latest_version
+from lakehouse.streaming.health import committed_batch, flow_health, latest_data_version, latest_version
 from lakehouse.pipelines import shop
 
 
@@ -70,6 +70,16 @@ def test_delta_lag_counts_the_source_versions_not_yet_read(tmp_path):
     write_batch(checkpoint, 1, [{"sourceVersion": 1, "reservoirVersion": 5, "index": 2 ** 63 - 101}], committed=True)
     health = flow_health(flow, ctx, {})
     assert health.versions_behind == {"bronze_orders": 0} and health.caught_up
+
+    # A compaction and a VACUUM after it change no rows: nothing new to read, the flow is still caught up.
+    for v, operation in ((6, "OPTIMIZE"), (7, "VACUUM START"), (8, "VACUUM END")):
+        commit = {"commitInfo": {"operation": operation, "operationParameters": {"auto": "true"}}}
+        (log / f"{v:020d}.json").write_text(json.dumps(commit) + "\n" + json.dumps({"add": {}}))
+    assert latest_version(str(log.parent)) == 8 and latest_data_version(str(log.parent)) == 5
+    assert flow_health(flow, ctx, {}).caught_up
+    # A write after them is new data again.
+    (log / f"{9:020d}.json").write_text(json.dumps({"commitInfo": {"operation": "STREAMING UPDATE"}}))
+    assert flow_health(flow, ctx, {}).versions_behind == {"bronze_orders": 4}
 
 
 def test_a_foreach_batch_failure_is_named_by_its_own_exception_line():
