@@ -308,8 +308,8 @@ class Settings:
         _integer(0, 1000))
     auto_compact: bool = _setting(
         False, "Delta's auto compaction: the writer rewrites a table's small files right after its commit "
-        "(dataChange=false, so streams reading the table skip it). Off by default: the flows' replay checks "
-        "read their table's newest commit and do not yet pass over a compaction's (docs/performance.md).",
+        "(dataChange=false, so streams reading the table skip it, and so do the flows' replay checks). Off by "
+        "default until the suite passes with it on (docs/performance.md, \"Auto compaction\").",
         BOOLEAN)
     quality: bool = _setting(
         True, "Check every silver and gold batch against its table's expectation suite (quality/suites.py); "
