@@ -60,8 +60,8 @@ def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str
         # A stream commits every table every few seconds, a file or more each time: Delta's auto compaction
         # rewrites a table's small files after a commit, in the writer's own thread, so it never conflicts
         # with that writer's next MERGE (the nightly OPTIMIZE skips tables whose writer runs). Off by
-        # default until every reader of a table's newest commit passes over compactions (silver's replay
-        # check does not: docs/performance.md, "Auto compaction").
+        # default: tests that count a table's versions and a few others do not yet pass with it on
+        # (docs/performance.md, "Auto compaction").
         "spark.databricks.delta.autoCompact.enabled": str(settings.auto_compact).lower(),
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.ui.enabled": str(settings.spark_ui).lower(),

@@ -135,7 +135,7 @@ def last_commit(spark: SparkSession, path: str) -> Commit | None:
 
 
 # Maintenance commits read past at most: auto compaction adds one after a write, the nightly job three.
-_MAINTENANCE_RUN = 50
+MAINTENANCE_RUN = 50
 
 
 def last_data_commit(spark: SparkSession, path: str) -> Commit | None:
@@ -144,7 +144,7 @@ def last_data_commit(spark: SparkSession, path: str) -> Commit | None:
     None when there is no table, or when more maintenance commits than any writer leaves lie on top (or
     the log no longer holds what is under them): the caller then reads the table itself.
     """
-    for commit in newest_commits(spark, path, limit=_MAINTENANCE_RUN):
+    for commit in newest_commits(spark, path, limit=MAINTENANCE_RUN):
         if not commit.maintenance:
             return commit
     return None

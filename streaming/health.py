@@ -17,7 +17,7 @@ from pyarrow import fs as pafs
 
 from lakehouse.schemas.topics import TopicSpec
 from lakehouse.streaming.context import FlowContext
-from lakehouse.streaming.delta_log import MAINTENANCE
+from lakehouse.streaming.delta_log import MAINTENANCE, MAINTENANCE_RUN
 from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.lake_files import DELTA_LOG_VERSION_FILE
 from lakehouse.streaming.topic_query import covering
@@ -62,7 +62,7 @@ def latest_data_version(table_uri: str) -> int | None:
     newest = latest_version(table_uri)
     if newest is None:
         return None
-    for version in range(newest, max(newest - 50, -1), -1):
+    for version in range(newest, max(newest - MAINTENANCE_RUN, -1), -1):
         try:
             first = _read(f"{table_uri.rstrip('/')}/_delta_log/{version:020d}.json").split("\n", 1)[0]
             operation = json.loads(first).get("commitInfo", {}).get("operation")

@@ -92,8 +92,8 @@ class SilverWriter(RecordsPositions):
         """Where the watermark stood when this query started: silver's newest event time, or the one held.
 
         Each silver append records silver's newest event time after it (`seen_max_micros`); when that
-        append is still the newest commit that wrote silver's rows (compactions on top change none), the number is taken from there instead of from a
-        scan of the whole table, whose cost grows with it.
+        append is still the newest commit that wrote silver's rows (compactions on top change none), the
+        number is taken from there instead of from a scan of the whole table, whose cost grows with it.
 
         A batch that ended inside a source commit held the watermark (`BatchRecord.ends_inside_a_commit`)
         and its silver commit says at what (`held`, and `held_max_micros` unless it had none yet): a query
