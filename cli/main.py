@@ -191,6 +191,57 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     return serve(settings)
 
 
+def _beeline(settings: Settings, beeline_args: list[str]) -> int:
+    """Run the beeline of pyspark's wheel connected to this home's SQL server; its exit code."""
+    import getpass
+
+    import pyspark
+
+    from lakehouse.serving import sql_server
+
+    server = sql_server.running_server(settings)
+    if server is None:
+        print("The SQL server is not running (`lakehouse sql-server start` starts it).", file=sys.stderr)
+        return 1
+    spark_home = Path(pyspark.__file__).resolve().parent
+    command = [str(spark_home / "bin" / "beeline"), "-u", server.jdbc_url, "-n", getpass.getuser(), *beeline_args]
+    return subprocess.call(command, env={**os.environ, "SPARK_HOME": str(spark_home)})
+
+
+def cmd_sql_server(settings: Settings, args: argparse.Namespace) -> int:
+    from lakehouse.serving import sql_server
+
+    if args.action == "beeline":
+        return _beeline(settings, args.passed)
+    if args.action == "start":
+        if (other := sql_server.running_server(settings)) is not None:
+            raise sql_server.SqlServerError(f"a SQL server is already running for this home on {other.jdbc_url} "
+                                            f"(pid {other.pid}); `lakehouse sql-server stop` stops it.")
+        mode = "writable" if args.writable else "read-only"
+        print(f"starting the SQL server (Spark's Thrift JDBC/ODBC server, {mode}) on {args.host}:{args.port}: a new "
+              "Spark JVM, 10-40 s", flush=True)
+        server = sql_server.start(settings, args.host, args.port, writable=args.writable)
+        print(f"SQL server running (pid {server.pid}, {mode}) for {server.lake_root}. Connect with\n"
+              f"  lakehouse sql-server beeline          (Spark's beeline on {server.jdbc_url})\n"
+              f"  python: pyhive.hive.connect(host={server.host!r}, port={server.port})\n"
+              f"Log: {sql_server.log_file(settings)}. `lakehouse sql-server stop` stops it.")
+        if args.host not in ("127.0.0.1", "localhost", "::1"):
+            print(f"warning: {args.host} is not loopback and the server asks no password: anyone who reaches the port "
+                  "reads the lake (the README says how to require one).")
+        return 0
+    if args.action == "stop":
+        server = sql_server.stop(settings)
+        print(f"Stopped the SQL server (pid {server.pid})." if server else "The SQL server is not running.")
+        return 0
+    server = sql_server.running_server(settings)
+    if server is None:
+        print("The SQL server is not running (`lakehouse sql-server start` starts it).")
+        return 1
+    print(f"SQL server running on {server.jdbc_url} (pid {server.pid}, "
+          f"{'read-only' if server.read_only else 'writable'}) for {server.lake_root}; log: {sql_server.log_file(settings)}.")
+    return 0
+
+
 # How long dagster dev gets to stop its webserver, daemon and code servers before it is made to.
 UI_STOP_GRACE_S = 20.0
 
@@ -405,6 +456,26 @@ def build_parser() -> argparse.ArgumentParser:
                                    "a scratch lake (LAKEHOUSE_SERVE_WARM_UP) so that the first run is not a cold one.")
     p.set_defaults(fn=cmd_serve)
 
+    p = sub.add_parser("sql-server", help="start, stop or check a JDBC/ODBC endpoint (Spark's Thrift server) over the tables",
+                       description="Spark's Thrift JDBC/ODBC server (HiveServer2 protocol) in the background, with every "
+                                   "table of the lake registered by name (tables created later appear within seconds). "
+                                   "Beeline, BI tools and Python's PyHive connect to jdbc:hive2://HOST:PORT/default. "
+                                   "Read-only unless --writable: a statement that would change the lake is refused. "
+                                   "Its PID and port are in <home>/sql-server.json, its log in <log dir>/sql-server.log.")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    a = actions.add_parser("start", help="start the server in the background (a Spark JVM; 10-40 s)",
+                           description="Starts the server and returns once it accepts connections.")
+    a.add_argument("--host", type=_host, default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    a.add_argument("--port", type=_integer(1, 65535), default=10000, help="port to listen on (default 10000, HiveServer2's)")
+    a.add_argument("--writable", action="store_true", help="let clients write (INSERT, MERGE, DDL); off by default")
+    actions.add_parser("stop", help="stop the server (by its PID)")
+    actions.add_parser("status", help="say whether it runs, where and for which lake (exit 1 if not)")
+    a = actions.add_parser("beeline", help="Spark's JDBC shell connected to the running server",
+                           description="Runs the beeline of pyspark's wheel on the running server; every argument goes "
+                                       "to beeline, e.g. lakehouse sql-server beeline -e \"SELECT * FROM gold_<mart> LIMIT 5\"")
+    a.set_defaults(passes_through=True)   # every other argument is beeline's (main() hands them over)
+    p.set_defaults(fn=cmd_sql_server)
+
     p = sub.add_parser("history", help="list a table's Delta versions, newest first, with what each one wrote",
                        description="One row per Delta commit: version, when (UTC), the operation, the rows it wrote "
                                    "(inserted/updated/deleted for a MERGE, files for OPTIMIZE and VACUUM) and its user "
@@ -470,17 +541,23 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from lakehouse.orchestration.runs import UnknownAsset, UnknownJob, UnknownPartition
     from lakehouse.serving.sql import SqlError
     from lakehouse.serving.endpoint import EndpointError
+    from lakehouse.serving.sql_server import SqlServerError
     from lakehouse.schemas.pipeline import MixError, PipelineError
     from lakehouse.streaming.kafka_topics import KafkaUnreachable, TopicsMissing
     from lakehouse.streaming.continuous import UnknownTable as NotStreamed
 
     return (SettingsError, JarsMissing, BrokerError, KafkaUnreachable, SqlError, DemoFailed, UnknownAsset, UnknownJob,
-            UnknownPartition, MixError, PipelineError, UnknownTable, BadRange, BadReplay, DefinitionChanged, NotStreamed, EndpointError, TopicsMissing)
+            UnknownPartition, MixError, PipelineError, UnknownTable, BadRange, BadReplay, DefinitionChanged, NotStreamed, EndpointError, TopicsMissing,
+            SqlServerError)
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, passed = parser.parse_known_args(argv)
+        if passed and not getattr(args, "passes_through", False):
+            parser.error(f"unrecognized arguments: {' '.join(passed)}")
+        args.passed = passed
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed
         return int(exc.code or 0)
     try:
