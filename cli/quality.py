@@ -15,7 +15,7 @@ def quality_report(settings: Settings, spark) -> tuple[list[tuple], str | None]:
     rows = [(s.table, s.batches, s.expectations, s.failed_warn, s.failed_fail, s.dropped, s.last_validated_at,
              ", ".join(s.failing) or "-")
             for s in summarize(spark, QUALITY_RESULTS.path(settings.lake_root))]
-    index = build_data_docs(settings.quality_dir)
+    index = build_data_docs(settings.quality_dir, keep=settings.quality_docs_keep)
     return rows, str(index) if index else None
 
 

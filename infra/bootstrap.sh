@@ -45,6 +45,14 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-* && touch "$stamp"
 fi
 
+# The browser tests drive Debian's Chromium (never a browser that Playwright would download).
+if [ "$mode" = test ] && ! command -v chromium >/dev/null; then
+  say "installing Chromium for the browser tests"
+  { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+    || fail "Chromium is needed for the browser tests and could not be installed; install it as root (Debian: apt-get install chromium)."
+fi
+
 say "fetching the JVM jars with Maven (skipped when present)"
 .venv/bin/lakehouse setup
 

@@ -66,6 +66,7 @@ class LakeResource(dg.ConfigurableResource):
     replay_window: str = "7 days"       # what VACUUM keeps and the retention checks require
     quality: bool = True                # check each batch against its table's expectation suite
     quality_dir: str = ""               # GX's project folder (Data Docs); "": results go to the Delta table only
+    quality_docs_keep: int = 20         # validations per table the Data Docs keep (the results table keeps all)
 
     def quality_gate(self):
         """The expectation suites' gate the flows call, or None when checks are off."""
@@ -73,7 +74,7 @@ class LakeResource(dg.ConfigurableResource):
             return None
         from lakehouse.quality.gate import Gate
 
-        return Gate(QUALITY_RESULTS.path(self.root), self.quality_dir or None)
+        return Gate(QUALITY_RESULTS.path(self.root), self.quality_dir or None, docs_keep=self.quality_docs_keep)
 
     def flow_context(self, kafka: KafkaResource) -> FlowContext:
         return FlowContext(
@@ -115,5 +116,6 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
             catch_up_parallel=settings.catch_up_parallel,
             event_time_floor=settings.event_time_floor, event_time_max_ahead=settings.event_time_max_ahead,
             replay_window=settings.replay_window, quality=settings.quality, quality_dir=settings.quality_dir,
+            quality_docs_keep=settings.quality_docs_keep,
         ),
     }

@@ -11,7 +11,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.quality.evaluate import drop_marks, evaluate, samples, totals
-from lakehouse.quality.results import Recorder, Validation, now
+from lakehouse.quality.results import DOCS_KEEP, Recorder, Validation, now
 from lakehouse.quality.suites import Suite, build_suites
 from lakehouse.schemas.tables import TableSpec
 
@@ -26,9 +26,9 @@ class Gate:
     """Implements streaming.context.QualityGate with the suites of quality/suites.py."""
 
     def __init__(self, results_path: str, gx_root: str | None = None, suites: Mapping[str, Suite] | None = None,
-                 run_id: str | None = None):
+                 run_id: str | None = None, docs_keep: int = DOCS_KEEP):
         self.suites = dict(suites if suites is not None else build_suites())
-        self.recorder = Recorder(results_path, gx_root)
+        self.recorder = Recorder(results_path, gx_root, docs_keep)
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.history: list[Validation] = []     # every validation this gate made, for the asset check
         # A suite's Spark columns, built once: building them costs thousands of calls into the JVM

@@ -25,6 +25,7 @@ from lakehouse.quality.suites import Suite
 log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 30.0
+DOCS_KEEP = 20      # validations per table that the Data Docs keep (setting quality_docs_keep)
 
 RESULT_SCHEMA = StructType([
     StructField("table", StringType()), StructField("suite", StringType()), StructField("flow", StringType()),
@@ -69,9 +70,10 @@ class Validation:
 class Recorder:
     """Buffers validations and writes them to the results table and GX's validation store."""
 
-    def __init__(self, results_path: str, gx_root: str | None):
+    def __init__(self, results_path: str, gx_root: str | None, docs_keep: int = DOCS_KEEP):
         self.results_path = results_path
         self.gx_root = gx_root
+        self.docs_keep = docs_keep      # validations per table kept in the Data Docs
         self.pending: list[Validation] = []
         self.last_flush = time.monotonic()
         self._lock = threading.Lock()   # continuous queries call foreachBatch from their own threads
@@ -105,11 +107,17 @@ class Recorder:
                 if attempt == 3 or "DELTA_PROTOCOL_CHANGED" not in str(exc) and "DELTA_METADATA_CHANGED" not in str(exc):
                     raise
         if self.gx_root:
-            try:
-                store_in_gx(self.gx_root, batch)
-            except Exception as err:  # the report is a view of the results table; never stop a stream over it
-                log.warning("could not store %d validation results for Data Docs in %s: %s", len(batch), self.gx_root, err)
+            self._refresh_docs(batch)
         return len(batch)
+
+    def _refresh_docs(self, batch: list[Validation]) -> None:
+        """Store the validations in GX and render their pages, so the Data Docs follow every run."""
+        from lakehouse.quality.report import build_data_docs
+
+        try:
+            build_data_docs(self.gx_root, keep=self.docs_keep, new=store_in_gx(self.gx_root, batch))
+        except Exception as err:  # the report is a view of the results table; never stop a stream over it
+            log.warning("could not store %d validation results for Data Docs in %s: %s", len(batch), self.gx_root, err)
 
 
 def gx_context(gx_root: str):
@@ -120,8 +128,8 @@ def gx_context(gx_root: str):
     return gx.get_context(mode="file", project_root_dir=gx_root)
 
 
-def store_in_gx(gx_root: str, validations: list[Validation]) -> None:
-    """Each validation as a GX ExpectationSuiteValidationResult in the file context's store, for Data Docs."""
+def store_in_gx(gx_root: str, validations: list[Validation]) -> list:
+    """Each validation as a GX ExpectationSuiteValidationResult in the file context's store; their keys."""
     import great_expectations as gx
     from great_expectations.core import ExpectationSuiteValidationResult, ExpectationValidationResult
     from great_expectations.core.run_identifier import RunIdentifier
@@ -130,6 +138,7 @@ def store_in_gx(gx_root: str, validations: list[Validation]) -> None:
     )
 
     context = gx_context(gx_root)
+    keys = []
     known = set(context.suites.all() and [s.name for s in context.suites.all()])
     for v in validations:
         if v.suite.name not in known:
@@ -168,6 +177,8 @@ def store_in_gx(gx_root: str, validations: list[Validation]) -> None:
         )
         key = ValidationResultIdentifier(ExpectationSuiteIdentifier(name=v.suite.name), run_id, batch_identifier)
         context.validation_results_store.set(key, result)
+        keys.append(key)
+    return keys
 
 
 def now() -> datetime:
