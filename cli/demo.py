@@ -183,6 +183,9 @@ def run_demo(
                 if "waiting_for" in meta:
                     say(f"    {name:36s} waiting: {meta['waiting_for']}")
                     continue
+                if "rows_written" not in meta:   # a shared table (quarantine, late arrivals) the flows added rows to
+                    say(f"    {name:36s} {meta['dagster/row_count']} rows in total, Delta v{meta['delta_version']}")
+                    continue
                 say(
                     f"    {name:36s} +{meta['rows_written']:>6} rows{extra} -> {meta['dagster/row_count']} total, "
                     f"Delta v{meta['delta_version']}, {meta['duration_s']}s"

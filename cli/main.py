@@ -54,6 +54,7 @@ def cmd_setup(settings: Settings, args: argparse.Namespace) -> int:
 
     for name, count in fetch_jars(settings.jars_dir, maven_settings=settings.maven_settings, force=args.force).items():
         print(f"{name}: {count} jars in {Path(settings.jars_dir) / name}")
+    _set_up_extras(settings)
     if settings.spark_class_archive:
         from lakehouse.infra.class_archive import build, usable_archive
 
@@ -68,6 +69,21 @@ def cmd_setup(settings: Settings, args: argparse.Namespace) -> int:
         print(f"class archive: {built.bytes / 2**20:.0f} MiB in {built.path} ({done}); each new Spark driver maps "
               "its classes from it (LAKEHOUSE_SPARK_CLASS_ARCHIVE=false to turn off)")
     return 0
+
+
+def _set_up_extras(settings: Settings) -> None:
+    """The SQL server's read-only guard and the Data Docs' offline assets: each optional, each said in one line."""
+    from lakehouse.quality.docs_assets import AssetsMissing, fetch_docs_assets
+    from lakehouse.serving.guard_jar import build_guard
+
+    try:
+        print(f"SQL server guard: {build_guard(settings.jars_dir)}")
+    except RuntimeError as e:
+        print(f"SQL server guard: not built ({e}); `lakehouse sql-server` cannot start until it is.")
+    try:
+        print(f"Data Docs assets: {fetch_docs_assets()} (the docs open with no network)")
+    except (AssetsMissing, OSError, subprocess.SubprocessError) as e:
+        print(f"Data Docs assets: not fetched ({e}); the docs will load them from public CDNs.")
 
 
 def cmd_kafka(settings: Settings, args: argparse.Namespace) -> int:
@@ -142,10 +158,11 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.orchestration import runs
 
     result = runs.catch_up(settings, args.assets or None, command=shlex.join(["lakehouse", "run", *args.assets]))
-    for name, meta in runs.materialized_metadata(result).items():
+    for name, meta in runs.tables_metadata(result).items():
         shown = {k: v for k, v in meta.items() if k in (
             "rows_written", "quarantined", "late_arrivals", "duplicates_dropped", "delta_version", "records_consumed",
-            "retained_records", "partitions", "duration_s", "dagster/row_count", "watermark", "state_rows", "waiting_for")}
+            "retained_records", "partitions", "duration_s", "dagster/row_count", "watermark", "state_rows", "waiting_for",
+            "partitions_touched")}
         print(f"{name}: " + ", ".join(f"{k.split('/')[-1]}={v}" for k, v in shown.items()))
     print(f"run {result.run_id} of job catch_up (lakehouse ui shows it)")
     return runs.exit_status(result)
@@ -251,23 +268,29 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
 
     dagster_instance(settings)  # creates DAGSTER_HOME and its dagster.yaml
     env = {**os.environ, "DAGSTER_HOME": settings.dagster_home}
-    cmd = [sys.executable, "-m", "dagster", "dev", "-m", "lakehouse.orchestration.definitions", "-h", args.host, "-p", str(args.port)]
+    # `dg dev` (dagster-dg-cli, pinned beside dagster): `dagster dev` warns on every start that it is superseded.
+    cmd = [str(Path(sys.executable).with_name("dg")), "dev", "-m", "lakehouse.orchestration.definitions",
+           "--host", args.host, "--port", str(args.port)]
+    if not Path(cmd[0]).exists():
+        print(f"error: {cmd[0]} is missing: install the project's pins again (`pip install -e .`, which brings "
+              "dagster-dg-cli and its `dg`).", file=sys.stderr)
+        return 2
     print(f"Dagster UI on http://{args.host}:{args.port} (DAGSTER_HOME={settings.dagster_home}); Ctrl-C stops it.",
           flush=True)
     stop = threading.Event()
     # Handlers go in before the child starts: a handled signal is reset to the default in the child at exec,
     # whereas an ignored one stays ignored. A script's background job starts with SIGINT ignored, and
-    # dagster dev (which maps SIGTERM to its SIGINT disposition) would then ignore every stop.
+    # dg dev (which maps SIGTERM to its SIGINT disposition) would then ignore every stop.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda _signum, _frame: stop.set())
-    # Its own session: a stop reaches dagster dev once, from here, and the whole tree is one process group.
+    # Its own session: a stop reaches dg dev once, from here, and the whole tree is one process group.
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     while proc.poll() is None and not stop.wait(0.5):
         pass
     if proc.poll() is None:
         _stop_tree(proc)
         return 0
-    _kill_group(proc.pid, signal.SIGKILL)  # anything dagster dev left behind when it exited on its own
+    _kill_group(proc.pid, signal.SIGKILL)  # anything dg dev left behind when it exited on its own
     return proc.returncode
 
 
@@ -484,8 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_integer(1, 1_000_000), default=None, help="versions to list at most (default all)")
     p.set_defaults(fn=cmd_history)
 
-    p = sub.add_parser("ui", help="start the Dagster UI and daemon (dagster dev) on the project's DAGSTER_HOME",
-                       description="Runs `dagster dev -m lakehouse.orchestration.definitions` with DAGSTER_HOME=<home>/dagster, the "
+    p = sub.add_parser("ui", help="start the Dagster UI and daemon (dg dev) on the project's DAGSTER_HOME",
+                       description="Runs `dg dev -m lakehouse.orchestration.definitions` with DAGSTER_HOME=<home>/dagster, the "
                                    "instance `lakehouse demo` and `lakehouse run` record their runs in. Ctrl-C stops it.")
     p.add_argument("--host", type=_host, default="127.0.0.1", help="address to serve the UI on (default 127.0.0.1)")
     p.add_argument("--port", type=_integer(1, 65535), default=3000, help="port to serve the UI on (default 3000)")

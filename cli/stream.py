@@ -13,23 +13,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lakehouse.infra.settings import Settings
+# Re-exported: `lakehouse status` and the tests read the PID file through this module.
+from lakehouse.streaming.stream_pid import pid_file, running_stream, streamed_flows, streamed_triggers  # noqa: F401
 
 log = logging.getLogger("lakehouse")
-
-
-def pid_file(settings: Settings) -> Path:
-    return Path(settings.home) / "stream.pid"
-
-
-def running_stream(settings: Settings) -> int | None:
-    """The PID of a `lakehouse stream` running on this home, if any."""
-    path = pid_file(settings)
-    try:
-        pid = int(path.read_text().split()[0])
-        os.kill(pid, 0)
-        return pid
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 # Measured on two cores: the orders path's 3 flows keep silver seconds fresh, all 22 flows as their own
@@ -57,28 +44,6 @@ def crowded(master: str, queries: int, flows: int | None = None) -> str | None:
             f"behind each other and silver can fall minutes behind (docs/performance.md); stream only the tables you "
             f"watch (lakehouse stream TABLE ...), leave LAKEHOUSE_STREAM_TRIGGER at auto (its default), which sizes "
             f"each layer's trigger to the cores, or run on more cores.")
-
-
-def streamed_flows(settings: Settings) -> list[str]:
-    """The flows the running stream runs, as its PID file lists them on the line after the PID."""
-    try:
-        lines = pid_file(settings).read_text().splitlines()
-    except OSError:
-        return []
-    return lines[1].split() if len(lines) > 1 else []
-
-
-def streamed_triggers(settings: Settings) -> dict[str, float]:
-    """Each streamed flow's trigger in seconds, as the running stream's PID file lists them (flow=seconds)."""
-    try:
-        lines = pid_file(settings).read_text().splitlines()
-    except OSError:
-        return {}
-    pairs = (item.split("=", 1) for item in (lines[2].split() if len(lines) > 2 else []) if "=" in item)
-    try:
-        return {flow: float(seconds) for flow, seconds in pairs}
-    except ValueError:
-        return {}
 
 
 def cmd_stream(settings: Settings, args: argparse.Namespace) -> int:

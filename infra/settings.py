@@ -298,7 +298,8 @@ class Settings:
     stream_report_every: str = _setting(
         "5 seconds", "How often `lakehouse stream` reports each table's progress to Dagster.", DURATION)
     stream_freshness: str = _setting(
-        "2 minutes", "A streamed table whose stream has reported nothing for this long fails its freshness check.",
+        "2 minutes", "A table a running stream keeps fresh fails its freshness check when the stream has reported "
+        "nothing of it for this long.",
         DURATION)
     stream_lag_limit: int = _setting(
         100_000, "Kafka records a flow may be behind its topic's end before its lag check fails.",
@@ -319,6 +320,9 @@ class Settings:
         "on a scratch lake, so that the first run sent to it is not a cold one.", BOOLEAN)
     quality_dir: str = _setting(
         "", "Great Expectations' project folder: suites, validation results and the HTML Data Docs.", PATH)
+    quality_docs_keep: int = _setting(
+        20, "Validations per table that the Data Docs keep (the newest; older pages and GX results are deleted as "
+        "new ones come); the table quality_results keeps every one.", _integer(1, 100_000))
 
     def __post_init__(self) -> None:
         home = self.home

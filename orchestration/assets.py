@@ -15,23 +15,29 @@ from lakehouse.serving import remote_runs
 from lakehouse.orchestration.checks import VERIFY_CHECK, verdict_record
 from lakehouse.orchestration.partitions import daily, is_partitioned, key_range
 from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
+from lakehouse.orchestration.sessions import run_session, served
 from lakehouse.quality.gate import QualityBreach
 from lakehouse.quality.suites import suite_tables
 from lakehouse.schemas import sources
-from lakehouse.schemas.sources import Source
+from lakehouse.schemas.gold import IntervalJoin, Sessions, Windowed
+from lakehouse.schemas.pipeline import active_pipeline
+from lakehouse.schemas.sources import LINEAGE_DOCS, Source
 from lakehouse.schemas.tables import LATE_ARRIVALS, QUARANTINE, TableSpec
 from lakehouse.schemas.topics import TopicSpec
 from lakehouse.streaming.fingerprints import DefinitionChanged
 from lakehouse.streaming import flows as flow_registry
 from lakehouse.streaming.flows import Flow
-from lakehouse.streaming.kafka_topics import TopicStatus, ensure_topics
-from lakehouse.streaming.runner import FlowRun, QualityStopped, run_flow, table_version
+from lakehouse.streaming.kafka_topics import KafkaUnreachable, TopicStatus, TopicsMissing, ensure_topics
+from lakehouse.streaming.runner import CheckpointUnusable, FlowRun, QualityStopped, first_line, run_flow, table_version
 from lakehouse.streaming.lake_files import has_delta_log
+from lakehouse.streaming.delta_files import table_columns, type_name
 
 TOPIC_CHECK = "matches_spec"
 QUALITY_CHECK = "expectations"
 # A fail rule's breach: raised as is by the batch lane, re-raised by run_flow from inside a streaming query.
 QUALITY_STOPS = (QualityBreach, QualityStopped)
+# Errors whose message is already the product's sentence for the user.
+SENTENCES = (KafkaUnreachable, TopicsMissing, CheckpointUnusable)
 
 # A range backfill must be one run (one bounded read per table, not one per day); Dagster still
 # calls the parameter that says so beta and would warn once per asset on every load.
@@ -167,11 +173,24 @@ def caught_up_metadata(context_log, session, main: Flow, run: FlowRun, ctx, docs
     return metadata
 
 
-def side_observations(session, flows: list[Flow], ctx) -> list[dg.AssetObservation]:
-    """The breakdown of each shared table (quarantine, late arrivals) the flows also write, as observations."""
-    written = {side.name: side for flow in flows for side in flow.also_writes}
-    return [dg.AssetObservation(asset_key=side.name, metadata=observed) for side in written.values()
-            if (observed := _side_table_metadata(session, side, ctx.lake_root)) is not None]
+def side_events(session, flows: list[Flow], ctx, runs: list[FlowRun]) -> list[dg.AssetMaterialization | dg.AssetObservation]:
+    """The breakdown of each shared table (quarantine, late arrivals) the flows also write: a materialization when
+    `runs` added rows to it, else an observation of it as it stands."""
+    sides = {side.name: side for flow in flows for side in flow.also_writes}
+    written = written_sides(runs)
+    return [(dg.AssetMaterialization if side.name in written else dg.AssetObservation)(side.name, metadata=observed)
+            for side in sides.values() if (observed := _side_table_metadata(session, side, ctx.lake_root)) is not None]
+
+
+def written_sides(runs: list[FlowRun]) -> set[str]:
+    """The shared tables these flow runs appended rows to."""
+    written = set()
+    for run in runs:
+        if run.silver is not None and run.silver.quarantined:
+            written.add(QUARANTINE.name)
+        if any(part is not None and part.late for part in (run.silver, run.gold)):
+            written.add(LATE_ARRIVALS.name)
+    return written
 
 
 def _description(main: Flow) -> str:
@@ -225,10 +244,20 @@ def _stopped_result(context, session, main: Flow, ctx, stopped: Exception, check
         if checked else None)
 
 
+def step_failure(flow: Flow, exc: BaseException) -> dg.Failure:
+    """A flow's error as the run's one sentence (a product error's own, else `lakehouse stream`'s wording), the raw
+    error in its metadata."""
+    said = str(exc) if isinstance(exc, SENTENCES) else f"flow {flow.name} failed: {first_line(exc)}"
+    return dg.Failure(description=said, metadata={"error": dg.MetadataValue.text(str(exc)[:20_000]),
+                                                  "error_type": type(exc).__name__, "flow": flow.name})
+
+
 def definition_failure(changed: list[DefinitionChanged]) -> dg.Failure:
     """A run that met tables defined otherwise than their streams: their sentences as its description, what to do
     in its metadata."""
+    raw = {c.table: c.raw for c in changed if getattr(c, "raw", None)}
     return dg.Failure(description=" ".join(str(c) for c in changed), metadata={
+        **({"error": dg.MetadataValue.text("\n".join(raw.values())[:20_000])} if raw else {}),
         "changed_tables": ", ".join(c.table for c in changed),
         "how": "; ".join(f"{c.table}: {', '.join(c.changes)}" for c in changed),
         "what_to_do": " and ".join(f"lakehouse refresh {c.table}" for c in changed)
@@ -251,13 +280,15 @@ def catch_up_table(context, session, main: Flow, ctx, docs: dict[str, str], chec
     try:
         run = run_flow(session, main, ctx)
         metadata = caught_up_metadata(context.log, session, main, run, ctx, docs)
-        for observation in side_observations(session, [main], ctx):
-            context.log_event(observation)
+        for event in side_events(session, [main], ctx, [run]):
+            context.log_event(event)
     except QUALITY_STOPS as stopped:
         return _stopped_result(context, session, main, ctx, stopped, checked)
     except DefinitionChanged as changed:
         context.log.error(str(changed))
         raise definition_failure([changed]) from None
+    except Exception as exc:  # noqa: BLE001 - the run's error is a sentence; Spark's own goes to its metadata
+        raise step_failure(main, exc) from None
     return dg.MaterializeResult(
         metadata=metadata,
         check_results=[quality_check_result(main, validations_of(ctx, main.target.name))] if checked else None)
@@ -275,13 +306,15 @@ def backfill_table(context, session, main: Flow, ctx, days: tuple[date, date], r
         change = backfill_flow(session, main, ctx, days, run_id=run_id, verify=verify)
     except QUALITY_STOPS as stopped:
         return _stopped_result(context, session, main, ctx, stopped, checked)
+    except Exception as exc:  # noqa: BLE001 - the run's error is a sentence; Spark's own goes to its metadata
+        raise step_failure(main, exc) from None
     return dg.MaterializeResult(
         metadata=backfill_metadata(change),
         check_results=[quality_check_result(main, validations_of(ctx, main.target.name))] if checked else None)
 
 
 def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefinition | None = None,
-                checked: bool = False) -> dg.AssetsDefinition:
+                checked: bool = False, columns: dg.TableSchema | None = None) -> dg.AssetsDefinition:
     """A table's asset: partitioned by event date (silver, gold) it is backfilled; otherwise it catches up."""
     writes = ", ".join(t.name for t in (main.target, *main.also_writes))
     partitioned = partitions is not None and is_partitioned(main.target)
@@ -297,7 +330,8 @@ def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefin
         deps=[source_key(s) for s in (*main.sources, *main.lookups)],
         kinds={"delta", "spark"},
         description=_description(main),
-        metadata={"keys": ", ".join(main.target.keys), "flows": main.name, "writes": writes},
+        metadata={"keys": ", ".join(main.target.keys), "flows": main.name, "writes": writes,
+                  **({"dagster/column_schema": columns} if columns is not None else {})},
         partitions_def=partitions if partitioned else None,
         backfill_policy=dg.BackfillPolicy.single_run() if partitioned else None,
         check_specs=checks,
@@ -309,17 +343,17 @@ def table_asset(main: Flow, docs: dict[str, str], partitions: dg.PartitionsDefin
         days = key_range(context) if partitioned else None
         verify = days is not None and runs_check(context, dg.AssetCheckKey(context.asset_key, VERIFY_CHECK))
         if days is None:
-            parts = remote_runs.on_endpoint(context, spark, lake, kafka, remote_runs.TABLE, asset=main.asset_name,
+            parts = served(context, spark, lake, kafka, remote_runs.TABLE, asset=main.asset_name,
                                             docs=docs, checked=bool(checks))
         else:
-            parts = remote_runs.on_endpoint(context, spark, lake, kafka, remote_runs.BACKFILL, asset=main.asset_name,
+            parts = served(context, spark, lake, kafka, remote_runs.BACKFILL, asset=main.asset_name,
                                             days=[d.isoformat() for d in days], run_id=context.run_id,
                                             checked=bool(checks), verify=verify)
         if parts is not None:
             return remote_runs.result_from(parts)
         if days is None:
-            return catch_up_table(context, spark.session(), main, lake.flow_context(kafka), docs, bool(checks))
-        return backfill_table(context, spark.session(), main, lake.flow_context(kafka), days, context.run_id,
+            return catch_up_table(context, run_session(context, spark), main, lake.flow_context(kafka), docs, bool(checks))
+        return backfill_table(context, run_session(context, spark), main, lake.flow_context(kafka), days, context.run_id,
                               bool(checks), verify)
 
     return _table
@@ -365,26 +399,83 @@ def _side_table_metadata(spark, table: TableSpec, lake_root: str) -> dict[str, o
     }
 
 
-def side_table_spec(table: TableSpec, writers: list[str]) -> dg.AssetSpec:
-    """A table several silver flows append to; each silver run records its breakdown as an observation."""
+def side_table_spec(table: TableSpec, writers: list[str], columns: dg.TableSchema | None = None) -> dg.AssetSpec:
+    """A table several flows append to; a run that adds rows to it records a materialization, others an observation."""
     return dg.AssetSpec(
         table.name,
         deps=writers,
         group_name="silver",
         kinds={"delta"},
-        description=f"{table.description} Written by {', '.join(writers)}; each of their runs records the table's "
-                    "rows by " + " and ".join(_BREAKDOWN.get(table.name, ("total",))) + " here.",
+        metadata={"dagster/column_schema": columns} if columns is not None else None,
+        description=f"{table.description} Written by {', '.join(writers)}; each of their runs that adds rows to it "
+                    "records a materialization with the table's rows by "
+                    + " and ".join(_BREAKDOWN.get(table.name, ("total",))) + ".",
     )
 
 
+def column_docs(declared: tuple[Source, ...], flows: list[Flow]) -> dict[str, dict[str, str]]:
+    """Table -> its columns' descriptions, from the source declarations: silver and dimension columns as declared,
+    bronze's lineage columns, and a gold table's columns that come from the tables it reads."""
+    docs = {s.silver_table.name: s.column_docs() for s in declared}
+    docs.update({s.dimension_table.name: s.dimension_column_docs() for s in declared if s.dimension is not None})
+    docs.update({s.bronze_table.name: dict(LINEAGE_DOCS) for s in declared})
+    kinds = {g.name: g.kind for g in active_pipeline().gold}
+    for flow in flows:
+        if flow.target.layer == "gold":
+            inherited = [docs.get(t.name, {}) for t in (*flow.sources, *flow.lookups)]
+            docs[flow.target.name] = {**{k: v for d in inherited for k, v in d.items() if v},
+                                      **kind_docs(kinds.get(flow.target.name))}
+    return docs
+
+
+def kind_docs(kind: object) -> dict[str, str]:
+    """The columns a gold kind declares, described by their declaration (a window's aggregates, a session's counts,
+    a join's columns)."""
+    docs: dict[str, str] = {}
+    if isinstance(kind, Windowed):
+        docs = {"window_start": "Start of the event-time window (UTC, inclusive).",
+                "window_end": "End of the event-time window (UTC, exclusive)."}
+        docs.update({column: f"{agg} over the window's rows" for column, agg in kind.aggregates.items()})
+    elif isinstance(kind, Sessions):
+        docs = {"session_start": "Event time of the session's first row (UTC).",
+                "session_end": "Event time of the session's last row (UTC).",
+                "closed": "Whether the watermark has passed the session's end by the gap: it can no longer grow."}
+        docs.update({column: f"rows of the session where {condition}" for column, condition in kind.counts.items()})
+        docs.update({column: f"{expression} over the session" for column, expression in kind.then.items()})
+    elif isinstance(kind, IntervalJoin):
+        docs = {column: f"{expression} (l: the left row, r: the right row)" for column, expression in kind.columns.items()}
+    return docs
+
+
+def declared_schema(table: TableSpec, lake_root: str | None, docs: dict[str, str]) -> dg.TableSchema | None:
+    """The table's columns as its Delta log holds them, described from the declarations (None: no table yet).
+
+    Read at definitions load without Spark; a lake that cannot be read leaves the schema to the materializations.
+    """
+    if lake_root is None:
+        return None
+    try:
+        fields = table_columns(table.path(lake_root))
+    except Exception:  # noqa: BLE001 - an unreadable lake must not keep the code location from loading
+        return None
+    if not fields:
+        return None
+    return dg.TableSchema(columns=[
+        dg.TableColumn(f["name"], type_name(f["type"]),
+                       description=docs.get(f["name"]) or (f.get("metadata") or {}).get("comment") or None)
+        for f in fields])
+
+
 def build_assets(declared: tuple[Source, ...] | None = None, partitions: dg.PartitionsDefinition | None = None,
-                 ) -> list[dg.AssetsDefinition | dg.AssetSpec]:
-    """Topic assets, then table assets in dependency order, all following from the source declarations."""
+                 lake_root: str | None = None) -> list[dg.AssetsDefinition | dg.AssetSpec]:
+    """Topic assets, then table assets in dependency order, all following from the source declarations.
+
+    `lake_root`: each table that exists there shows its columns on its definition (the asset's overview).
+    """
     partitions = partitions or daily()
     declared = sources.SOURCES if declared is None else declared
     flows = flow_registry.build_flows(declared)
-    docs = {s.silver_table.name: s.column_docs() for s in declared}
-    docs.update({s.dimension_table.name: s.dimension_column_docs() for s in declared if s.dimension is not None})
+    docs = column_docs(declared, flows)
     sides: dict[str, TableSpec] = {}
     writers: dict[str, list[str]] = {}
     for flow in flows:
@@ -393,6 +484,8 @@ def build_assets(declared: tuple[Source, ...] | None = None, partitions: dg.Part
             writers.setdefault(side.name, []).append(flow.asset_name)
     checked = suite_tables(declared)
     return [topic_asset(s.topic_spec) for s in declared] + [
-        table_asset(flow, docs.get(flow.asset_name, {}), partitions, checked=flow.target.name in checked)
+        table_asset(flow, docs.get(flow.asset_name, {}), partitions, checked=flow.target.name in checked,
+                    columns=declared_schema(flow.target, lake_root, docs.get(flow.target.name, {})))
         for flow in flows
-    ] + [side_table_spec(sides[name], names) for name, names in writers.items()]
+    ] + [side_table_spec(sides[name], names, declared_schema(sides[name], lake_root, dict(LINEAGE_DOCS)))
+         for name, names in writers.items()]

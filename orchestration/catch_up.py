@@ -16,12 +16,15 @@ import dagster as dg
 
 from lakehouse.infra.retention import duration_ms
 from lakehouse.orchestration.assets import (
-    QUALITY_STOPS, TOPIC_CHECK, _topic_metadata, caught_up_metadata, definition_failure, definition_observations,
-    quality_check_result, side_observations, topic_key, validations_of,
+    QUALITY_STOPS, TOPIC_CHECK, _topic_metadata, caught_up_metadata, column_docs, definition_failure,
+    definition_observations,
+    quality_check_result, side_events, step_failure, topic_key, validations_of,
 )
 from lakehouse.serving import remote_runs
-from lakehouse.orchestration.partitions import daily, is_partitioned, touched_days
+from lakehouse.orchestration.partitions import is_partitioned, touched_days, within_partitions
 from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
+from lakehouse.orchestration.sessions import run_session
+from lakehouse.quality.suites import suite_tables
 from lakehouse.schemas import sources
 from lakehouse.schemas.topics import TopicSpec
 from lakehouse.streaming import flows as flow_registry
@@ -97,19 +100,16 @@ def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: Spark
         _topics(context, kafka, lake, topics)
     if not chosen:
         return  # topics only: no Spark session needed
-    if not getattr(spark, "warm", False):
-        remote_runs.note_local_spark(context)
-    session = spark.session()
+    session = run_session(context, spark)
     ctx = lake.flow_context(kafka)
-    docs = {s.silver_table.name: s.column_docs() for s in declared}
-    docs.update({s.dimension_table.name: s.dimension_column_docs() for s in declared if s.dimension is not None})
-    partitions = daily()
+    docs = column_docs(declared, flows)
     blocked: dict[str, str] = {}    # table -> the breach that stopped it (or an upstream table)
     progress = ProgressRecorder(ctx.lake_root, mode="catch-up")
     try:
         # The flows' validation results are written once, when the last flow has ended.
         with ctx.holding_results(session):
-            _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progress, lake.catch_up_parallel)
+            _run_flows(context, session, ctx, chosen, docs, blocked, progress, lake.catch_up_parallel,
+                       suite_tables(declared))
     finally:
         progress.flush(session)     # every micro-batch's progress, also of a run that failed part way
     if blocked:
@@ -130,7 +130,7 @@ class _Caught:
         self.notes.append(text)
 
 
-def _caught_up(session, flow, ctx, docs: dict[str, str], partitions: dg.PartitionsDefinition) -> _Caught:
+def _caught_up(session, flow, ctx, docs: dict[str, str]) -> _Caught:
     """Run one flow, then read what its materializations say (row count, columns, touched days).
 
     Those reads are Spark jobs of their own; made here, in the flow's worker thread and fair-scheduler
@@ -144,14 +144,14 @@ def _caught_up(session, flow, ctx, docs: dict[str, str], partitions: dg.Partitio
         caught.metadata = caught_up_metadata(caught, session, flow, run, ctx, docs.get(flow.asset_name, {}))
         if is_partitioned(flow.target):
             path = flow.target.path(ctx.lake_root)
-            caught.days = [d for d in touched_days(session, flow.target, path, run.version_before)
-                           if partitions.has_partition_key(d)]
+            caught.days = within_partitions(touched_days(session, flow.target, path, run.version_before))
         return caught
 
     return in_flow_pool(session, flow, describe)
 
 
-def _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progress, parallel: int = 1) -> None:
+def _run_flows(context, session, ctx, chosen, docs, blocked, progress, parallel: int = 1,
+               checked: set[str] = frozenset()) -> None:
     """Run the flows, up to `parallel` at once, logging each one's materializations as it ends.
 
     A flow starts when the flows whose tables it reads have ended (streaming/parallel_runs.py); a
@@ -167,9 +167,9 @@ def _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progres
         return None
 
     def run(spark, flow, flow_ctx) -> _Caught:
-        return _caught_up(spark, flow, flow_ctx, docs, partitions)
+        return _caught_up(spark, flow, flow_ctx, docs)
 
-    ran, changed = [], []
+    ran, changed, runs = [], [], []
     for outcome in run_flows(session, chosen, ctx, parallel=parallel, skip=skip, run=run):
         flow = outcome.flow
         if outcome.skipped:
@@ -187,12 +187,12 @@ def _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progres
             context.log.error(str(outcome.error))
             continue
         if outcome.error is not None:
-            _observe_side_tables(context, session, ran, ctx, failing=True)
-            raise outcome.error
+            _observe_side_tables(context, session, ran, ctx, runs, failing=True)
+            raise step_failure(flow, outcome.error) from None
         caught: _Caught = outcome.run
         ran.append(flow)
+        runs.append(caught.run)
         progress.extend(caught.run.progress)
-        _log_check(context, flow, validations_of(ctx, flow.target.name))
         for line in caught.notes:
             context.log.info(line)
         metadata = caught.metadata
@@ -204,16 +204,20 @@ def _run_flows(context, session, ctx, chosen, docs, partitions, blocked, progres
                 context.log_event(dg.AssetObservation(asset_key=flow.asset_name, metadata=metadata))
         else:
             context.log_event(dg.AssetMaterialization(asset_key=flow.asset_name, metadata=metadata))
-    _observe_side_tables(context, session, ran, ctx)
+        if flow.target.name in checked:
+            # After the materializations: Dagster pins a check's result to the newest materialization of its asset.
+            _log_check(context, flow, validations_of(ctx, flow.target.name))
+    _observe_side_tables(context, session, ran, ctx, runs)
     if changed:
         raise definition_failure(changed)
 
 
-def _observe_side_tables(context, session, flows: list, ctx, failing: bool = False) -> None:
-    """What the shared tables the flows write (quarantine, late arrivals) hold now, as observations."""
+def _observe_side_tables(context, session, flows: list, ctx, runs: list, failing: bool = False) -> None:
+    """What the shared tables the flows write (quarantine, late arrivals) hold now: materialized if the runs added
+    rows to them."""
     try:
-        for observation in side_observations(session, flows, ctx):
-            context.log_event(observation)
+        for event in side_events(session, flows, ctx, runs):
+            context.log_event(event)
     except Exception as exc:  # noqa: BLE001 - the run's own error is the one to show
         if not failing:
             raise
@@ -221,9 +225,7 @@ def _observe_side_tables(context, session, flows: list, ctx, failing: bool = Fal
 
 
 def _log_check(context: dg.OpExecutionContext, flow, validations: list, stopped: str | None = None) -> None:
-    """The table's `expectations` check over the batches this run validated (none: the table has no suite)."""
-    if not validations and stopped is None:
-        return
+    """The table's `expectations` check over the batches this run validated (a run with none to validate passes)."""
     result = quality_check_result(flow, validations, stopped)
     context.log_event(dg.AssetCheckEvaluation(
         asset_key=dg.AssetKey(flow.asset_name), check_name=result.check_name, passed=result.passed,

@@ -5,13 +5,17 @@ from __future__ import annotations
 import dagster as dg
 
 from lakehouse.batch.verify import Verdict, describe, verify_flow
-from lakehouse.serving import remote_runs
 from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
+from lakehouse.orchestration.sessions import run_session, served_check
 from lakehouse.schemas.topics import TopicSpec
 from lakehouse.streaming import flows as flow_registry
 from lakehouse.streaming.flows import Flow
 
 VERIFY_CHECK = "matches_batch"
+# Requested when the table has been updated since the check last ran and no run of the check is under way (the
+# sensor in orchestration/quality_checks.py evaluates it). Days of a daily-partitioned table that hold no events are
+# "missing" and must not keep the check from running.
+AFTER_UPDATES = dg.AutomationCondition.eager().without(~dg.AutomationCondition.any_deps_missing())
 
 
 def verdict_record(verdict: Verdict) -> dict[str, object]:
@@ -63,16 +67,16 @@ def from_this_run(context, asset: str) -> dg.AssetCheckResult | None:
 def verify_check(flow: Flow) -> dg.AssetChecksDefinition:
     """The table equals a batch recomputation of its flow, but for rows its late arrivals explain (warned)."""
 
-    @dg.asset_check(asset=flow.asset_name, name=VERIFY_CHECK,
+    @dg.asset_check(asset=flow.asset_name, name=VERIFY_CHECK, automation_condition=AFTER_UPDATES,
                     description="Compares the table row by row with the batch lane's recomputation of its flow over the "
                                 "same log; differences explained by late arrivals warn until a backfill folds them in, "
                                 "real discrepancies fail.")
     def _check(context, spark: SparkResource, kafka: KafkaResource, lake: LakeResource) -> dg.AssetCheckResult:
         if (reused := from_this_run(context, flow.asset_name)) is not None:
             return reused
-        if (served := remote_runs.served_check(context, spark, lake, kafka, flow.asset_name, VERIFY_CHECK)) is not None:
+        if (served := served_check(context, spark, lake, kafka, flow.asset_name, VERIFY_CHECK)) is not None:
             return served
-        return verify_result(spark.session(), flow, lake.flow_context(kafka))
+        return verify_result(run_session(context, spark), flow, lake.flow_context(kafka))
 
     return _check
 

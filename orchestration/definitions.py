@@ -1,4 +1,4 @@
-"""The Dagster code location: `dagster dev -m lakehouse.orchestration.definitions` (or `lakehouse ui`) loads `defs`.
+"""The Dagster code location: `dg dev -m lakehouse.orchestration.definitions` (or `lakehouse ui`) loads `defs`.
 
 It holds the pipeline LAKEHOUSE_PIPELINE names; a Dagster project of your own calls `lakehouse_definitions`.
 """

@@ -22,6 +22,7 @@ from lakehouse.infra.retention import Finding, duration_ms
 from lakehouse.infra.settings import Settings
 from lakehouse.orchestration.assets import topic_key
 from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
+from lakehouse.orchestration.sessions import run_session
 from lakehouse.schemas import sources, tables
 from lakehouse.schemas.tables import TableSpec
 from lakehouse.schemas.topics import TopicSpec
@@ -131,7 +132,7 @@ def compaction_asset(specs: Sequence[TableSpec]) -> dg.AssetsDefinition:
         metadata={"covers": ", ".join(s.name for s in specs)},
     )
     def compaction(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
-        results = compact_tables(spark.session(), specs, lake.root, busy=_writers_in_dagster(context))
+        results = compact_tables(run_session(context, spark), specs, lake.root, busy=_writers_in_dagster(context))
         _log_skips(context, results)
         metadata = compaction_metadata(results)
         _fail_if_any("OPTIMIZE", results, metadata)
@@ -160,7 +161,7 @@ def vacuum_asset(specs: Sequence[TableSpec]) -> dg.AssetsDefinition:
         metadata={"covers": ", ".join(s.name for s in specs)},
     )
     def vacuum(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource) -> dg.MaterializeResult:
-        results = vacuum_tables(spark.session(), specs, lake.root, window_ms=duration_ms(lake.replay_window))
+        results = vacuum_tables(run_session(context, spark), specs, lake.root, window_ms=duration_ms(lake.replay_window))
         _log_skips(context, results)
         metadata = vacuum_metadata(results, lake.replay_window)
         _fail_if_any("VACUUM", results, metadata)

@@ -9,16 +9,46 @@ import dagster as dg
 from pyspark.sql import SparkSession
 
 from lakehouse.batch.compare import day_sql
+from lakehouse.schemas import sources
+from lakehouse.streaming.delta_files import first_date
 from lakehouse.schemas.tables import TableSpec
 from lakehouse.streaming.lake_files import children
 
-# The first day a partition exists for; events before it can still be backfilled from the CLI.
-FIRST_DAY = "2025-01-01"
+def daily(first_day: str | None = None) -> dg.DailyPartitionsDefinition:
+    """One partition per UTC event date from `first_day` (default today's), today's included (a stream writes it
+    while it is under way)."""
+    return dg.DailyPartitionsDefinition(start_date=first_day or today(), end_offset=1, timezone="UTC")
 
 
-def daily(first_day: str = FIRST_DAY) -> dg.DailyPartitionsDefinition:
-    """One partition per UTC event date, today's included (a stream writes it while it is under way)."""
-    return dg.DailyPartitionsDefinition(start_date=first_day, end_offset=1, timezone="UTC")
+def today() -> str:
+    """Today's UTC date."""
+    return datetime.now(timezone.utc).date().isoformat()
+
+
+def first_lake_day(lake_root: str | None, declared: tuple | None = None) -> str:
+    """The first UTC event date a silver table of the lake holds, from the Delta logs without Spark; today's when
+    the lake holds none or cannot be read.
+
+    Partitions are fixed when the definitions load, so they start where the lake's data does: a two-year axis
+    with one dot on it tells a person nothing. A day written before it later shows after a reload.
+    """
+    if lake_root is None:
+        return today()
+    declared = sources.SOURCES if declared is None else declared
+    days = []
+    for source in declared:
+        try:
+            days.append(first_date(source.silver_table.path(lake_root), "event_date"))
+        except Exception:  # noqa: BLE001 - an unreadable lake must not keep the code location from loading
+            continue
+    found = min((d for d in days if d is not None), default=None)
+    return min(found.isoformat(), today()) if found else today()
+
+
+def within_partitions(days: list[str]) -> list[str]:
+    """The days that are or will be partitions: none after today's (an event time ahead of the clock)."""
+    last = today()
+    return [d for d in days if d <= last]
 
 
 def is_partitioned(table: TableSpec) -> bool:

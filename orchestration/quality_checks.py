@@ -1,7 +1,8 @@
 """Whole-table quality rules as Dagster asset checks: accounting identity, references between tables, freshness.
 
-They read whole tables, so they are not run inside every batch: the job `quality_checks` runs them
-(hourly by its schedule, or from the UI), and `lakehouse quality report` prints them.
+They read whole tables, so they are not run inside every batch: each runs after its table changes (the
+sensor `table_checks_after_updates` evaluates their automation condition, at most every five minutes), the job
+`quality_checks` runs them all (hourly by its schedule, or from the UI), and `lakehouse quality report` prints them.
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ from typing import Callable
 
 import dagster as dg
 
-from lakehouse.serving import remote_runs
+from lakehouse.orchestration.checks import AFTER_UPDATES
 from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
+from lakehouse.orchestration.sessions import run_session, served_check
 from lakehouse.quality.table_checks import TableCheck, freshness, gold_accounting, references, silver_accounting
 from lakehouse.schemas import tables
 from lakehouse.schemas.pipeline import active_pipeline
 
 JOB = "quality_checks"
+AUTOMATION_SENSOR = "table_checks_after_updates"
 SCHEDULE = "hourly_quality_checks"
 FRESHNESS_S = 24 * 3600     # a table whose newest event is older than a day warns
 
@@ -75,17 +78,17 @@ def rule_result(session, lake_root: str, compute: Compute) -> dg.AssetCheckResul
 
 
 def _check(asset: str, name: str, description: str, compute: Compute) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=asset, name=name, description=description)
+    @dg.asset_check(asset=asset, name=name, description=description, automation_condition=AFTER_UPDATES)
     def _run(context, spark: SparkResource, kafka: KafkaResource, lake: LakeResource) -> dg.AssetCheckResult:
-        if (served := remote_runs.served_check(context, spark, lake, kafka, asset, name)) is not None:
+        if (served := served_check(context, spark, lake, kafka, asset, name)) is not None:
             return served
-        return rule_result(spark.session(), lake.root, compute)
+        return rule_result(run_session(context, spark), lake.root, compute)
 
     return _run
 
 
 def build_table_checks(declared: tuple | None = None) -> dict[str, list]:
-    """The asset checks, their job and its hourly schedule."""
+    """The asset checks, their job, its hourly schedule, and the sensor that runs each check after its table changed."""
     checks = [_check(asset, name, description, compute)
               for (asset, name), (description, compute) in rules(declared).items()]
     job = dg.define_asset_job(JOB, selection=dg.AssetSelection.checks(*checks),
@@ -95,3 +98,14 @@ def build_table_checks(declared: tuple | None = None) -> dict[str, list]:
                                      tags={"lakehouse/command": "hourly quality checks"},
                                      description="The whole-table quality rules every hour.")
     return {"asset_checks": checks, "jobs": [job], "schedules": [schedule]}
+
+
+def after_updates_sensor(checks: list) -> dg.AutomationConditionSensorDefinition:
+    """Evaluates the checks' automation conditions (AFTER_UPDATES): a check runs after its table's materialization."""
+    return dg.AutomationConditionSensorDefinition(
+        AUTOMATION_SENSOR, target=dg.AssetSelection.checks(*checks), default_status=dg.DefaultSensorStatus.RUNNING,
+        # A stream reports its tables every few seconds, and a run of checks starts a JVM unless lakehouse serve is
+        # up (10-40 s of a core): at most one every five minutes leaves a 2-core machine to the stream.
+        minimum_interval_seconds=300,
+        description="Runs each table check after its table changed (a materialization, a backfill, a stream's "
+                    "report), at most every five minutes.")

@@ -4,6 +4,7 @@ import dagster as dg
 from pydantic import Field
 
 from lakehouse.orchestration.resources import KafkaResource, LakeResource, SparkResource
+from lakehouse.orchestration.sessions import run_session
 
 REFRESH_JOB = "refresh"
 
@@ -24,7 +25,7 @@ def refresh_table(context: dg.OpExecutionContext, config: RefreshConfig, spark: 
     """Rebuild a table whose definition changed from the retained log, and record a materialization of each rebuilt."""
     from lakehouse.batch.refresh import refresh
 
-    done = refresh(spark.session(), lake.flow_context(kafka), config.table, downstream=config.downstream)
+    done = refresh(run_session(context, spark), lake.flow_context(kafka), config.table, downstream=config.downstream)
     for r in done.replayed:
         how = done.changes.get(r.table) or ["its definition is unchanged"]
         context.log.info(f"{r.table}: {'; '.join(how)}; rebuilt with {r.rows} rows, swapped in at version "

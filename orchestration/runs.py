@@ -1,6 +1,6 @@
 """Runs of the code location's jobs, started from the CLI, executed in this process, recorded in the project's instance.
 
-`lakehouse ui` serves the code location `lakehouse.orchestration.definitions` (`dagster dev -m lakehouse.orchestration.definitions`).
+`lakehouse ui` serves the code location `lakehouse.orchestration.definitions` (`dg dev -m lakehouse.orchestration.definitions`).
 A run started here is created the way Dagster creates one for that location (as `dagster job launch` and the
 webserver do): from the location's job snapshot and execution plan, with the job's remote origin, so the UI lists
 it under its job (`catch_up`, ...), on the overview timeline, and can re-execute it. It then runs synchronously
@@ -39,7 +39,7 @@ log = logging.getLogger("lakehouse")
 TOPICS = dg.AssetSelection.groups("kafka")
 TABLES = dg.AssetSelection.groups("bronze", "silver", "gold")
 
-# The code location `lakehouse ui` serves: `dagster dev -m lakehouse.orchestration.definitions` names it after the module.
+# The code location `lakehouse ui` serves: `dg dev -m lakehouse.orchestration.definitions` names it after the module.
 LOCATION = "lakehouse.orchestration.definitions"
 COMMAND_TAG = "lakehouse/command"  # the command line that started a run
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -153,7 +153,9 @@ def run_job(
     from lakehouse.orchestration.location import build_definitions
 
     # The steps run with resources from `settings`; the run's snapshots come from the location as the UI loads it.
-    repo_def = build_definitions(settings).get_repository_def()
+    # Its partitions start at the lake's first day, or earlier for a backfill of days silver does not hold yet.
+    first_day = partition_range[0] if partition_range else None
+    repo_def = build_definitions(settings, first_day=first_day).get_repository_def()
     if not repo_def.has_job(job_name):
         names = sorted(n for n in repo_def.job_names if not n.startswith("__"))
         raise UnknownJob(f"There is no job named {job_name}; jobs: {', '.join(names)}.")
@@ -223,6 +225,19 @@ def materialized_metadata(result: dg.ExecutionResult) -> dict[str, dict[str, Any
     for event in result.get_asset_materialization_events():
         mat = event.event_specific_data.materialization
         out[mat.asset_key.to_user_string()] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    return out
+
+
+def tables_metadata(result: dg.ExecutionResult) -> dict[str, dict[str, Any]]:
+    """Asset name -> what the run recorded of each table it brought up to date: its materialization's metadata, else
+    its observation's (a partitioned table whose new rows fall on no partition gets an observation)."""
+    out = materialized_metadata(result)
+    for event in result.all_events:
+        observation = event.asset_observation_data.asset_observation if event.is_asset_observation else None
+        if observation is None or "rows_written" not in observation.metadata:
+            continue   # the shared tables' breakdowns and the definition notes carry no run figures
+        out.setdefault(observation.asset_key.to_user_string(),
+                       {k: getattr(v, "value", v) for k, v in observation.metadata.items()})
     return out
 
 

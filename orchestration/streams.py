@@ -23,6 +23,7 @@ from lakehouse.streaming import flows as flow_registry
 from lakehouse.streaming.context import FlowContext, duration_micros
 from lakehouse.streaming.continuous import TableReport
 from lakehouse.streaming.health import FlowHealth, end_offsets, flow_health
+from lakehouse.streaming.stream_pid import died_stream_flows, running_stream, streamed_flows
 
 FRESHNESS_CHECK = "stream_freshness"
 LAG_CHECK = "consumer_lag"
@@ -92,24 +93,95 @@ def last_stream_report(instance: dg.DagsterInstance, key: dg.AssetKey) -> float 
     return newest
 
 
-def freshness_evaluation(instance: dg.DagsterInstance, table: str, limit_s: float,
-                         now: float | None = None) -> dg.AssetCheckEvaluation:
-    """Passed when `lakehouse stream` reported the table within `limit_s`; failed (ERROR) when it went quiet."""
+def freshness_evaluation(instance: dg.DagsterInstance, table: str, limit_s: float, now: float | None = None, *,
+                         streamed: bool = True, behind: str | None = None, died: bool = False) -> dg.AssetCheckEvaluation:
+    """Judged against what the stream was asked to keep fresh.
+
+    `streamed` (a live `lakehouse stream` runs the table's flows): fresh when it reported the table within
+    `limit_s`, else it stalled (ERROR). Otherwise the table is fresh when it is caught up with its input
+    (`behind` None); behind it warns, and is an ERROR only when the stream that kept it fresh `died`.
+    """
     now = now or time.time()
     last = last_stream_report(instance, dg.AssetKey(table))
     age = None if last is None else now - last
-    passed = age is not None and age <= limit_s
-    if last is None:
-        said = f"{table} has never been reported by lakehouse stream"
+    if streamed:
+        passed, severity, said = _streamed_verdict(table, age, limit_s)
     else:
-        said = (f"lakehouse stream reported {table} {age:.0f} s ago"
-                + ("" if passed else f", more than the {limit_s:.0f} s allowed: the stream has stopped or stalled"))
-    meta: dict[str, object] = {"limit_s": limit_s, "status": said}
+        passed, severity, said = _unstreamed_verdict(table, behind, died)
+    meta: dict[str, object] = {"limit_s": limit_s, "status": said, "kept_fresh_by_stream": streamed,
+                               "behind_input": behind or "nothing"}
     if age is not None:
         meta["seconds_since_report"] = round(age, 1)
         meta["last_report_at"] = datetime.fromtimestamp(last, tz=timezone.utc).isoformat()
     return dg.AssetCheckEvaluation(asset_key=dg.AssetKey(table), check_name=FRESHNESS_CHECK, passed=passed,
-                                   severity=dg.AssetCheckSeverity.ERROR, metadata=meta, description=said)
+                                   severity=severity, metadata=meta, description=said)
+
+
+def _streamed_verdict(table: str, age: float | None, limit_s: float) -> tuple[bool, dg.AssetCheckSeverity, str]:
+    """A table a running stream keeps fresh: has it reported the table within the limit?"""
+    passed = age is not None and age <= limit_s
+    if age is None:
+        said = f"lakehouse stream runs {table} but has not reported it yet"
+    else:
+        said = (f"lakehouse stream reported {table} {age:.0f} s ago"
+                + ("" if passed else f", more than the {limit_s:.0f} s allowed: the stream has stalled"))
+    return passed, dg.AssetCheckSeverity.ERROR, said
+
+
+def _unstreamed_verdict(table: str, behind: str | None, died: bool) -> tuple[bool, dg.AssetCheckSeverity, str]:
+    """A table no running stream keeps fresh: fresh when caught up with its input; behind warns, unless a stream died."""
+    if behind is None:
+        return True, dg.AssetCheckSeverity.WARN, (f"no running lakehouse stream keeps {table} fresh, and it is caught "
+                                                  "up with its input")
+    why = "the stream that kept it fresh ended without a clean stop" if died else "no running lakehouse stream keeps it fresh"
+    return False, dg.AssetCheckSeverity.ERROR if died else dg.AssetCheckSeverity.WARN, (
+        f"{table} is {behind} behind its input and {why}: `lakehouse run {table}` or `lakehouse stream` catches it up")
+
+
+def table_lag(flows: list, health: dict[str, FlowHealth], ends: dict) -> str | None:
+    """How far a table's flows are behind their inputs, in words; None when every one is caught up."""
+    parts = []
+    for flow in flows:
+        unread = [s.name for s in flow.sources if isinstance(s, TopicSpec) and s.name not in ends]
+        if unread:
+            parts.append(f"an unknown number of records (the broker did not answer for {', '.join(unread)})")
+        elif not health[flow.name].caught_up:
+            parts.append(health[flow.name].lag_text())
+    return "; ".join(parts) or None
+
+
+def freshness_evaluations(settings: Settings, instance: dg.DagsterInstance, tables: Iterable[str],
+                          declared: tuple | None = None, now: float | None = None, ends: dict | None = None,
+                          ) -> list[dg.AssetCheckEvaluation]:
+    """The freshness check of each table, from the stream's PID file, its reports, and each flow's lag."""
+    from lakehouse.orchestration.resources import build_resources
+
+    flows = flow_registry.build_flows(declared)
+    resources = build_resources(settings)
+    ctx = resources["lake"].flow_context(resources["kafka"])
+    if ends is None:
+        ends = _ends(ctx.kafka_bootstrap, [s.topic_spec for s in (sources.SOURCES if declared is None else declared)])
+    health = {f.name: flow_health(f, ctx, ends) for f in flows}
+    running = set(streamed_flows(settings)) if running_stream(settings) is not None else set()
+    died = set(died_stream_flows(settings))
+    limit_s = duration_micros(settings.stream_freshness) / 1e6
+    found = []
+    for table in tables:
+        feeding = [f for f in flows if f.target.name == table]
+        names = {f.name for f in feeding}
+        streamed = bool(names & running)
+        found.append(freshness_evaluation(instance, table, limit_s, now, streamed=streamed,
+                                          behind=None if streamed else table_lag(feeding, health, ends),
+                                          died=bool(names & died)))
+    return found
+
+
+def _ends(bootstrap: str, topics: list[TopicSpec]) -> dict:
+    """The topics' end offsets, or none when the broker does not answer (the lag is then unknown)."""
+    try:
+        return end_offsets(bootstrap, topics, timeout_s=5.0)
+    except Exception:  # noqa: BLE001 - the broker is down: topics cannot be observed, freshness still can
+        return {}
 
 
 def lag_evaluation(topic: TopicSpec, health: Iterable[FlowHealth], limit: int) -> dg.AssetCheckEvaluation:
@@ -125,6 +197,20 @@ def lag_evaluation(topic: TopicSpec, health: Iterable[FlowHealth], limit: int) -
         asset_key=topic_key(topic), check_name=LAG_CHECK, passed=passed, severity=dg.AssetCheckSeverity.ERROR,
         metadata={"lag_by_flow": dg.MetadataValue.json(lags), "max_lag_records": worst, "limit_records": limit},
         description=said)
+
+
+def topic_event(instance: dg.DagsterInstance, topic: TopicSpec, ends: dict[int, tuple[int, int]],
+                health: Iterable[FlowHealth]) -> dg.AssetMaterialization | dg.AssetObservation:
+    """The topic as the sensor sees it: a materialization when records were appended (or removed) since its last
+    one, so the topic's overview shows the figures observed now; otherwise an observation."""
+    observed = topic_observation(topic, ends, health)
+    newest = instance.get_latest_materialization_event(topic_key(topic))
+    recorded = newest.asset_materialization.metadata.get("end_offsets") if newest and newest.asset_materialization \
+        else None
+    if recorded is not None and recorded.value == observed.metadata["end_offsets"].value:
+        return observed
+    return dg.AssetMaterialization(asset_key=observed.asset_key, metadata=observed.metadata,
+                                   description="the topic's end offsets moved since its last materialization")
 
 
 def topic_observation(topic: TopicSpec, ends: dict[int, tuple[int, int]], health: Iterable[FlowHealth]) -> dg.AssetObservation:
@@ -158,18 +244,14 @@ def observe(settings: Settings, instance: dg.DagsterInstance, declared: tuple | 
     flows = flow_registry.build_flows(declared)
     topics = [s.topic_spec for s in declared]
     events: list[object] = []
-    try:
-        ends = end_offsets(ctx.kafka_bootstrap, topics, timeout_s=5.0)
-    except Exception:  # noqa: BLE001 - the broker is down: topics cannot be observed, freshness still can
-        ends = {}
+    ends = _ends(ctx.kafka_bootstrap, topics)
     if ends:
         health = [flow_health(f, ctx, ends) for f in flows if isinstance(f.source, TopicSpec)]
         for topic in topics:
             if topic.name in ends:
-                events.append(topic_observation(topic, ends[topic.name], health))
+                events.append(topic_event(instance, topic, ends[topic.name], health))
                 events.append(lag_evaluation(topic, health, settings.stream_lag_limit))
-    limit_s = duration_micros(settings.stream_freshness) / 1e6
-    events.extend(freshness_evaluation(instance, table, limit_s, now) for table in streamed_tables(declared))
+    events.extend(freshness_evaluations(settings, instance, streamed_tables(declared), declared, now, ends))
     return events
 
 
@@ -182,17 +264,16 @@ def build_stream_checks(declared: tuple | None = None) -> list[dg.AssetChecksDef
     @dg.multi_asset_check(
         name="stream_freshness_checks",
         specs=[dg.AssetCheckSpec(FRESHNESS_CHECK, asset=t,
-                                 description="Fails when lakehouse stream has not reported the table for "
-                                             "LAKEHOUSE_STREAM_FRESHNESS.") for t in tables],
+                                 description="A table a running lakehouse stream keeps fresh fails when the stream "
+                                             "has not reported it for LAKEHOUSE_STREAM_FRESHNESS; any other table "
+                                             "is fresh when it is caught up with its input and warns when behind.") for t in tables],
         can_subset=True,
     )
     def freshness_checks(context):
-        """Has lakehouse stream reported each table recently?"""
-        settings = Settings.from_env()
-        limit_s = duration_micros(settings.stream_freshness) / 1e6
-        for key in context.selected_asset_check_keys:
-            e = freshness_evaluation(context.instance, key.asset_key.to_user_string(), limit_s)
-            yield dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=e.passed,
+        """Is each table as fresh as the stream was asked to keep it?"""
+        tables = [key.asset_key.to_user_string() for key in context.selected_asset_check_keys]
+        for e in freshness_evaluations(Settings.from_env(), context.instance, tables, declared):
+            yield dg.AssetCheckResult(asset_key=e.asset_key, check_name=e.check_name, passed=e.passed,
                                       severity=e.severity, metadata=e.metadata, description=e.description)
 
     @dg.multi_asset_check(

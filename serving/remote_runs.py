@@ -5,8 +5,8 @@ its partitions; an asset check that reads tables) first asks whether an endpoint
 so it sends the step there: the endpoint runs the very same code in its session and streams back, as
 they happen, the step's log lines and the events it logs (materializations, observations, check
 evaluations), one JSON line each; the step replays them into its own context, so the run looks the same
-in the UI and in `lakehouse run` either way. Without an endpoint the step starts Spark itself, as
-before, and says so in its log: that costs a JVM and 10-40 s on a small machine.
+in the UI and in `lakehouse run` either way. Without an endpoint the step uses the run's own session
+(orchestration/sessions.py), whose first step says how long starting it took.
 
 A run the UI cancels stops waiting, but its flows finish on the endpoint: a catch-up ends on a commit.
 """
@@ -46,12 +46,6 @@ def request(kind: str, lake: LakeResource, kafka: KafkaResource, **more: Any) ->
     return {"kind": kind, "lake": _fields(lake), "kafka": _fields(kafka), **more}
 
 
-def note_local_spark(context) -> None:
-    """The line a step logs before it starts a JVM of its own."""
-    context.log.info("no lakehouse serve is up for this lake: this run starts its own Spark session (a new JVM, "
-                     "10-40 s); `lakehouse serve` keeps one warm that runs reuse")
-
-
 def run_served(endpoint: Endpoint, body: dict[str, Any], context) -> Any:
     """Send a step to the endpoint, replay its log and events into `context`; its result (None for catch_up).
 
@@ -89,9 +83,8 @@ def run_served(endpoint: Endpoint, body: dict[str, Any], context) -> Any:
 
 def on_endpoint(context, spark: SparkResource, lake: LakeResource, kafka: KafkaResource, kind: str,
                 **more: Any) -> Any:
-    """A TABLE, BACKFILL or CHECK step's answer from the endpoint; None, after saying so, when none is up."""
+    """A TABLE, BACKFILL or CHECK step's answer from the endpoint; None when none is up."""
     if (endpoint := endpoint_for(spark, lake)) is None:
-        note_local_spark(context)
         return None
     return run_served(endpoint, request(kind, lake, kafka, **more), context)
 

@@ -28,7 +28,7 @@ from lakehouse.streaming.positions import (
 from lakehouse.streaming.shared_tables import ensure_shared_tables
 from lakehouse.streaming.progress import progress_row
 from lakehouse.streaming.silver_batches import SilverBatchStats
-from lakehouse.streaming.fingerprints import check_definition
+from lakehouse.streaming.fingerprints import DefinitionChanged, check_definition
 from lakehouse.streaming.sources import read_delta_stream, read_kafka_stream, stream_path
 
 log = logging.getLogger(__name__)
@@ -335,6 +335,7 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
         except Exception as exc:
             _raise_if_kafka_lost(flow, ctx, exc)
             _raise_if_quality_breach(exc)
+            _raise_if_sources_changed(flow, exc)
             if attempt == 1 and not query.recentProgress and _unreadable_checkpoint(exc):
                 # Spark could not read what the checkpoint holds: recover it as a corrupt one, once.
                 aside = move_aside(spark, flow.checkpoint(ctx), "corrupt")
@@ -464,6 +465,20 @@ def _raise_if_kafka_lost(flow: Flow, ctx: FlowContext, exc: Exception) -> None:
             f"{flow.source.name}; check the broker (`lakehouse kafka status`) and rerun: the flow resumes from "
             "its checkpoint."
         ) from None
+
+
+_SOURCES_CHANGED = re.compile(r"There are \[(\d+)\] sources in the checkpoint offsets and now there are \[(\d+)\]")
+
+
+def _raise_if_sources_changed(flow: Flow, exc: Exception) -> None:
+    """A checkpoint started with another number of sources (a flow from before definitions were recorded, whose
+    pipeline gained or lost a source): the table's definition changed, said as every such change is."""
+    found = _SOURCES_CHANGED.search(str(exc))
+    if found:
+        changed = DefinitionChanged(flow.target.name, [f"its checkpoint reads {found.group(1)} sources, the flow now "
+                                                       f"reads {found.group(2)}"])
+        changed.raw = str(exc)
+        raise changed from None
 
 
 _ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Exception|Error|Breach)): (.+)$")

@@ -18,6 +18,7 @@ from lakehouse.infra.settings import Settings
 from lakehouse.orchestration import runs
 from lakehouse.orchestration.location import build_definitions
 from tests.conftest import free_port
+from tests.unit.test_lake_at_load import FIELDS, _add, _commit, _metadata
 
 
 LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
@@ -120,6 +121,9 @@ def test_a_cli_run_is_a_run_of_catch_up_that_the_ui_lists_and_reexecutes(broker,
 def test_a_partition_range_is_one_run_with_dagster_range_tags(tmp_path):
     """partition_range becomes Dagster's asset partition range tags; a key the assets lack is one sentence."""
     settings = Settings(home=str(tmp_path / "home"))
+    # The partitions start at the first day the lake holds: a silver file of 2026-11-20.
+    _commit(Path(settings.lake_root, "silver/silver_orders"), 0, {"metaData": _metadata(FIELDS)},
+            {"add": _add("o.parquet", "2026-11-20")})
     job = build_definitions(settings).resolve_job_def("backfill")
     keys = frozenset({dg.AssetKey("silver_orders")})
     instance = dg.DagsterInstance.ephemeral()

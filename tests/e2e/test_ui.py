@@ -80,7 +80,7 @@ def test_ui_serves_the_assets_and_stops_by_pid(jars_dir, tmp_path):
         assert (home / "dagster" / "dagster.yaml").exists()
     finally:
         os.kill(ui_pid, signal.SIGTERM)  # what `kill PID` sends
-    dagster_dev = f"dagster dev -m lakehouse.orchestration.definitions -h 127.0.0.1 -p {port}"  # DAGSTER_HOME is in its env only
+    dagster_dev = f"dev -m lakehouse.orchestration.definitions --host 127.0.0.1 --port {port}"  # DAGSTER_HOME is in its env only
 
     def survivors() -> list[int]:
         return _processes_mentioning(marker) + _processes_mentioning(dagster_dev)
@@ -93,3 +93,5 @@ def test_ui_serves_the_assets_and_stops_by_pid(jars_dir, tmp_path):
         os.kill(pid, signal.SIGKILL)
     assert not leftover, "dagster processes outlived `lakehouse ui`"
     assert proc.wait(timeout=30) == 0, "`lakehouse ui` did not exit after SIGTERM"
+    # It ran the current command: `dagster dev` would have warned that `dg dev` supersedes it.
+    assert "Use 'dg dev' instead" not in (tmp_path / "ui.err").read_text()

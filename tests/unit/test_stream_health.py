@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,73 @@ def test_end_offsets_without_a_broker_is_one_sentence():
     address = f"127.0.0.1:{free_port()}"
     with pytest.raises(KafkaUnreachable, match=f"No Kafka broker answers at {address}"):
         end_offsets(address, [shop.ORDERS.topic_spec], timeout_s=2)
+
+
+def test_a_stopped_stream_is_not_a_failure_while_its_table_is_caught_up(tmp_path):
+    """stream_freshness is judged against what the stream was asked to keep fresh: after a clean stop a caught-up
+    table is fresh and a table behind its input warns; a live stream that went quiet, or one that died, is an ERROR."""
+    import time
+
+    import dagster as dg
+
+    from lakehouse.infra.settings import Settings
+    from lakehouse.orchestration.streams import STREAM_TAG, freshness_evaluations
+    from lakehouse.streaming.stream_pid import pid_file
+
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)}, stream_freshness="60 seconds")
+    ctx = FlowContext(lake_root=settings.lake_root, kafka_bootstrap="unused:9092")
+    log = Path(settings.lake_root, "bronze/bronze_orders/_delta_log")
+    log.mkdir(parents=True)
+    for v in range(6):
+        (log / f"{v:020d}.json").write_text("{}")
+    write_batch(Path(BY_NAME["silver_orders"].checkpoint(ctx)), 0,
+                [{"sourceVersion": 1, "reservoirVersion": 5, "index": 2 ** 63 - 101}], committed=True)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.report_runless_asset_event(dg.AssetObservation("silver_orders", metadata={"source": STREAM_TAG}))
+    later = time.time() + 600     # ten minutes after the stream's last report
+
+    def judged() -> dg.AssetCheckEvaluation:
+        [found] = freshness_evaluations(settings, instance, ["silver_orders"], now=later, ends={})
+        return found
+
+    # Stopped cleanly (no PID file) and caught up: fresh, though the last report is ten minutes old.
+    assert judged().passed
+    # A new bronze version it has not read: behind, a warning, never an error.
+    (log / f"{6:020d}.json").write_text("{}")
+    behind = judged()
+    assert not behind.passed and behind.severity == dg.AssetCheckSeverity.WARN
+    assert "1 version of bronze_orders behind" in behind.description
+    # A live stream asked to keep it fresh that has not reported it for ten minutes has stalled.
+    pid_file(settings).write_text(f"{os.getpid()}\nbronze_orders silver_orders\n")
+    stalled = judged()
+    assert not stalled.passed and stalled.severity == dg.AssetCheckSeverity.ERROR
+    # A stream that died (its PID file left behind, its process gone) with the table behind: an error too.
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    pid_file(settings).write_text(f"{dead}\nbronze_orders silver_orders\n")
+    died = judged()
+    assert not died.passed and died.severity == dg.AssetCheckSeverity.ERROR and "without a clean stop" in died.description
+
+
+def test_a_topic_whose_end_offsets_moved_is_materialized_with_the_observed_figures():
+    """The topic's overview shows its latest materialization: the sensor records one when records were appended
+    since the last, with what it observed; an unchanged topic gets an observation."""
+    import dagster as dg
+
+    from lakehouse.orchestration.assets import topic_key
+    from lakehouse.orchestration.streams import topic_event
+
+    topic = shop.ORDERS.topic_spec
+    instance = dg.DagsterInstance.ephemeral()
+    # What the topic's own materialization recorded when a run created it: 932 records.
+    instance.report_runless_asset_event(dg.AssetMaterialization(topic_key(topic), metadata={
+        "retained_records": 932, "end_offsets": dg.MetadataValue.json({"0": 500, "1": 432})}))
+    ends = {0: (0, 2000), 1: (0, 1444)}
+    event = topic_event(instance, topic, ends, [])
+    assert isinstance(event, dg.AssetMaterialization) and event.metadata["retained_records"].value == 3444
+    instance.report_runless_asset_event(event)
+    newest = instance.get_latest_materialization_event(topic_key(topic)).asset_materialization
+    assert newest.metadata["retained_records"].value == 3444
+    assert isinstance(topic_event(instance, topic, ends, []), dg.AssetObservation)   # nothing appended since
