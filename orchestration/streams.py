@@ -18,6 +18,7 @@ import dagster as dg
 from lakehouse.infra.settings import Settings
 from lakehouse.orchestration.assets import topic_key
 from lakehouse.schemas import sources
+from lakehouse.schemas.tables import LATE_ARRIVALS, QUARANTINE
 from lakehouse.schemas.topics import TopicSpec
 from lakehouse.streaming import flows as flow_registry
 from lakehouse.streaming.context import FlowContext, duration_micros
@@ -44,6 +45,8 @@ def report_metadata(rep: TableReport) -> dict[str, object]:
     }
     if rep.quarantined:
         meta["quarantined"] = rep.quarantined
+    if rep.late:
+        meta["late_arrivals"] = rep.late
     if rep.last_batch_id is not None:
         meta["last_batch_id"] = rep.last_batch_id
     if rep.last_batch_ms is not None:
@@ -74,9 +77,24 @@ class DagsterReporter:
             key = dg.AssetKey(rep.table)
             meta = report_metadata(rep)
             event = (dg.AssetMaterialization(asset_key=key, metadata=meta, description="lakehouse stream wrote rows")
-                     if rep.rows_written or rep.quarantined else
+                     if rep.rows_written or rep.quarantined or rep.late else
                      dg.AssetObservation(asset_key=key, metadata=meta, description="lakehouse stream is caught up"))
             self.instance.report_runless_asset_event(event)
+        for event in side_table_events(reports):
+            self.instance.report_runless_asset_event(event)
+
+
+def side_table_events(reports: list[TableReport]) -> list[dg.AssetMaterialization]:
+    """A materialization of quarantine and of late_arrivals for the rows the reported flows added to them."""
+    events = []
+    for table, rows_of in ((QUARANTINE.name, lambda r: r.quarantined), (LATE_ARRIVALS.name, lambda r: r.late)):
+        by_flow = {r.flow: rows_of(r) for r in reports if rows_of(r)}
+        if by_flow:
+            events.append(dg.AssetMaterialization(
+                asset_key=dg.AssetKey(table), description="lakehouse stream added rows",
+                metadata={"source": STREAM_TAG, "rows_written": sum(by_flow.values()),
+                          "by_flow": dg.MetadataValue.json(by_flow)}))
+    return events
 
 
 def last_stream_report(instance: dg.DagsterInstance, key: dg.AssetKey) -> float | None:

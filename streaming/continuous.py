@@ -96,6 +96,7 @@ class TableReport:
     input_rows: int = 0                # rows its source gave (Spark's count: a batch read twice counts twice)
     rows_written: int = 0              # rows it wrote to its table (silver: valid rows; gold: inserted or updated)
     quarantined: int = 0               # silver: rows it sent to quarantine
+    late: int = 0                      # rows it sent to late arrivals (behind its watermark)
     total_rows: int = 0                # rows written since the stream started
     last_batch_id: int | None = None
     last_batch_ms: int | None = None
@@ -111,8 +112,8 @@ class _Running:
     flow: Flow
     query: StreamingQuery | None = None
     writer: Any = None                 # the (batch_df, batch_id) writer of a flow whose output is "batch"
-    written: tuple[int, int] = (0, 0)  # rows written and quarantined by earlier writers of this flow
-    reported: tuple[int, int] = (0, 0) # what the last report counted
+    written: tuple[int, int, int] = (0, 0, 0)  # rows written, quarantined and late of earlier writers of this flow
+    reported: tuple[int, int, int] = (0, 0, 0) # what the last report counted
     watchdog: BrokerWatchdog | None = None
     failures: int = 0                  # in a row, without a batch in between
     retry_at: float = 0.0
@@ -308,8 +309,8 @@ class Supervisor:
         entry.members = list(started.writer.members)
         for name, run in started.caught_up.items():   # the catch-ups' rows count as the stream's
             done = self.running[name]
-            quarantined = run.silver.quarantined if run.silver is not None else 0
-            done.written = (done.written[0] + run.rows_written, done.written[1] + quarantined)
+            quarantined, late = (run.silver.quarantined, run.silver.late) if run.silver is not None else (0, 0)
+            done.written = (done.written[0] + run.rows_written, done.written[1] + quarantined, done.written[2] + late)
         for name in entry.members:
             self.running[name].writer = started.writer.members[name].writer
         for name, why in started.left_out.items():
@@ -376,7 +377,7 @@ class Supervisor:
             rep.delta_version = latest_version(entry.flow.target.path(self.ctx.lake_root))
             if entry.flow.output == "batch":
                 now = _counts(entry)
-                rep.rows_written, rep.quarantined = now[0] - entry.reported[0], now[1] - entry.reported[1]
+                rep.rows_written, rep.quarantined, rep.late = (n - r for n, r in zip(now, entry.reported))
                 entry.reported = now
             else:
                 rep.rows_written = rep.input_rows     # Delta's sink appends every row it reads
@@ -430,10 +431,11 @@ class Supervisor:
         return [name for name, e in self.running.items() if running(e)]
 
 
-def _counts(entry: _Running) -> tuple[int, int]:
-    """Rows written and quarantined so far by this flow's writers, the current one included."""
+def _counts(entry: _Running) -> tuple[int, int, int]:
+    """Rows written, quarantined and sent to late arrivals so far by this flow's writers, the current one included."""
     stats = getattr(entry.writer, "stats", None)
     if stats is None:
         return entry.written
     written = stats.silver if hasattr(stats, "silver") else int(getattr(stats, "rows_written", 0))
-    return entry.written[0] + written, entry.written[1] + int(getattr(stats, "quarantined", 0))
+    return (entry.written[0] + written, entry.written[1] + int(getattr(stats, "quarantined", 0)),
+            entry.written[2] + int(getattr(stats, "late", 0)))
