@@ -194,7 +194,9 @@ def written_sides(runs: list[FlowRun]) -> set[str]:
 
 
 def _description(main: Flow) -> str:
-    return (f"{main.target.description} ({main.doc})"
+    # A gold flow's doc is its declaration's description, the table's own: said once, not twice.
+    how = f" ({main.doc})" if main.doc != main.target.description else ""
+    return (f"{main.target.description}{how}"
             + (f" Answers: {main.target.question}" if main.target.question else ""))
 
 

@@ -2,32 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import free_port
-
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if text in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    pids.append(int(proc.name))
-            except OSError:
-                continue
-    return pids
+from tests.dagster_ui import LAKEHOUSE, dagster_processes, wait_for_assets
 
 
 def _ignores_sigint(pid: int) -> bool:
@@ -46,33 +29,17 @@ def test_ui_serves_the_assets_and_stops_by_pid(jars_dir, tmp_path):
     port = free_port()
     home = tmp_path / "home"
     env = {**os.environ, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_JARS_DIR": jars_dir}
-    lakehouse = Path(sys.executable).with_name("lakehouse")
     # As a script starts it: a non-interactive shell's background job begins with SIGINT ignored.
     err_file = shlex.quote(str(tmp_path / "ui.err"))
-    script = f"{shlex.quote(str(lakehouse))} ui --port {port} > /dev/null 2> {err_file} & echo $!; wait"
+    script = f"{shlex.quote(str(LAKEHOUSE))} ui --port {port} > /dev/null 2> {err_file} & echo $!; wait"
     proc = subprocess.Popen(["bash", "-c", script], env=env, stdout=subprocess.PIPE, text=True)
     ui_pid = int(proc.stdout.readline())
     assert _ignores_sigint(ui_pid), "the launch did not reproduce a script's background job"
-    marker = str(home / "dagster")  # every dagster child process carries its instance folder in its arguments
     try:
-        deadline = time.monotonic() + 180
-        assets = None
-        while time.monotonic() < deadline and assets is None:
+        def alive() -> None:
             assert proc.poll() is None, (tmp_path / "ui.err").read_text()[-2000:]
-            try:
-                request = urllib.request.Request(
-                    f"http://127.0.0.1:{port}/graphql",
-                    data=json.dumps({"query": "{ assetNodes { assetKey { path } groupName } }"}).encode(),
-                    headers={"Content-Type": "application/json"},
-                )
-                body = json.load(urllib.request.urlopen(request, timeout=5))
-                nodes = body.get("data", {}).get("assetNodes")
-                assets = {"/".join(n["assetKey"]["path"]): n["groupName"] for n in nodes} if nodes else None
-            except OSError:
-                pass
-            if assets is None:
-                time.sleep(1)
-        assert assets, "the UI did not serve the assets in time"
+
+        assets = wait_for_assets(port, alive, timeout=180)
         from lakehouse.orchestration.definitions import defs
 
         assert set(assets) == {s.key.to_user_string() for s in defs.resolve_all_asset_specs()}
@@ -80,15 +47,11 @@ def test_ui_serves_the_assets_and_stops_by_pid(jars_dir, tmp_path):
         assert (home / "dagster" / "dagster.yaml").exists()
     finally:
         os.kill(ui_pid, signal.SIGTERM)  # what `kill PID` sends
-    dagster_dev = f"dev -m lakehouse.orchestration.definitions --host 127.0.0.1 --port {port}"  # DAGSTER_HOME is in its env only
-
-    def survivors() -> list[int]:
-        return _processes_mentioning(marker) + _processes_mentioning(dagster_dev)
 
     deadline = time.monotonic() + 30
-    while survivors() and time.monotonic() < deadline:
+    while dagster_processes(home, port) and time.monotonic() < deadline:
         time.sleep(0.5)
-    leftover = survivors()
+    leftover = dagster_processes(home, port)
     for pid in leftover:
         os.kill(pid, signal.SIGKILL)
     assert not leftover, "dagster processes outlived `lakehouse ui`"
