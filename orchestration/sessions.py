@@ -18,15 +18,11 @@ from lakehouse.serving import remote_runs
 
 def served(context, spark: SparkResource, lake: LakeResource, kafka: KafkaResource, kind: str, **more: Any) -> Any:
     """The step's answer from lakehouse serve when one is up for the lake; None, saying nothing, when none is."""
-    if remote_runs.endpoint_for(spark, lake) is None:
-        return None
     return remote_runs.on_endpoint(context, spark, lake, kafka, kind, **more)
 
 
 def served_check(context, spark: SparkResource, lake: LakeResource, kafka: KafkaResource, asset: str, name: str):
     """An asset check computed on lakehouse serve when one is up; None, saying nothing, when none is."""
-    if remote_runs.endpoint_for(spark, lake) is None:
-        return None
     return remote_runs.served_check(context, spark, lake, kafka, asset, name)
 
 

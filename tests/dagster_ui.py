@@ -17,9 +17,9 @@ LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
 ASSETS_QUERY = "{ assetNodes { assetKey { path } groupName } }"
 
 
-def lakehouse_env(settings) -> dict[str, str]:
+def lakehouse_env(settings, **env: str) -> dict[str, str]:
     """This process's environment with the LAKEHOUSE_* variables that make a `lakehouse` command use `settings`'
-    home, jars and broker (a `Settings` from the `broker` fixture)."""
+    home, jars and broker (a `Settings` from the `broker` fixture), then `env` over them."""
     return {
         **os.environ,
         "LAKEHOUSE_HOME": settings.home,
@@ -27,6 +27,7 @@ def lakehouse_env(settings) -> dict[str, str]:
         "LAKEHOUSE_KAFKA_PORT": str(settings.kafka_port),
         "LAKEHOUSE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
         "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "2",
+        **env,
     }
 
 

@@ -21,6 +21,7 @@ from lakehouse.schemas import topics
 from lakehouse.pipelines.shop.generator import generate
 from lakehouse.streaming.kafka_topics import ensure_topics
 from tests.conftest import free_port
+from tests.dagster_ui import lakehouse_env
 from lakehouse.pipelines import shop
 
 
@@ -29,15 +30,7 @@ LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
 
 def environment(settings, **env: str) -> dict[str, str]:
     """The environment a `lakehouse` command gets: the test broker's ports and jars, then `env` over them."""
-    return {
-        **os.environ,
-        "LAKEHOUSE_HOME": settings.home,
-        "LAKEHOUSE_JARS_DIR": settings.jars_dir,
-        "LAKEHOUSE_KAFKA_PORT": str(settings.kafka_port),
-        "LAKEHOUSE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
-        "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "2",
-        **env,
-    }
+    return lakehouse_env(settings, **env)
 
 
 def lakehouse(settings, *args: str, **env: str) -> subprocess.CompletedProcess:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from lakehouse.infra.settings import Settings
 from lakehouse.orchestration import runs
 from lakehouse.orchestration.location import build_definitions
 from tests.conftest import free_port
+from tests.dagster_ui import lakehouse_env
 from tests.unit.test_lake_at_load import FIELDS, _add, _commit, _metadata
 
 
@@ -25,15 +25,6 @@ LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
 REPOSITORY = f"__repository__@{runs.LOCATION}"  # how Dagster labels the runs of the location's jobs
 
 
-def _env(settings: Settings) -> dict[str, str]:
-    return {
-        **os.environ,
-        "LAKEHOUSE_HOME": settings.home,
-        "LAKEHOUSE_JARS_DIR": settings.jars_dir,
-        "LAKEHOUSE_KAFKA_PORT": str(settings.kafka_port),
-        "LAKEHOUSE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
-        "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "2",
-    }
 
 
 def _graphql(port: int, query: str, variables: dict | None = None) -> dict:
@@ -67,7 +58,7 @@ mutation ($runId: String!) {
 def test_a_cli_run_is_a_run_of_catch_up_that_the_ui_lists_and_reexecutes(broker, tmp_path):
     """`lakehouse run kafka/...` records a run of job catch_up with its command tag and materializations; the UI
     (`lakehouse ui`, a separate process) lists it under the job, and re-executing it there runs it again."""
-    env = _env(broker)
+    env = lakehouse_env(broker)
     ran = subprocess.run([str(LAKEHOUSE), "run", "kafka/shop_orders_v1"], env=env, capture_output=True, text=True,
                          timeout=600)
     assert ran.returncode == 0, ran.stderr[-2000:]
