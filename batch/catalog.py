@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -105,7 +104,8 @@ class Commit:
 
 def table_history(spark: SparkSession, path: str, limit: int | None = None) -> list[Commit]:
     """The table's commits, newest first (at most `limit`)."""
-    history = DeltaTable.forPath(spark, path).history(limit)
+    # SQL rather than DeltaTable: a Spark Connect session (lakehouse serve's clients) has no Delta Python API.
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`" + (f" LIMIT {int(limit)}" if limit else ""))
     # As microseconds: PySpark would turn a timestamp into the local time of this Python process.
     rows = history.select("version", F.unix_micros("timestamp").alias("micros"), "operation", "operationMetrics",
                           "userMetadata").collect()

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -171,20 +172,30 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 def _answer(settings: Settings, request: dict, app_name: str) -> int:
     """Print what `lakehouse sql` or `history` answers to `request` and return the exit code.
 
-    A running `lakehouse serve` answers without this process importing Spark; otherwise the same code runs
-    here in a Spark session of its own.
+    With `lakehouse serve` up the query goes to its warm session over Spark Connect (no JVM here); otherwise
+    the same code runs in a Spark session of this process.
     """
-    from lakehouse.serving.endpoint import ask
+    from lakehouse.serving.connect import served_session
+    from lakehouse.serving.sql import answer
 
-    result = ask(settings, request)
-    if result is None:
+    lake_log = logging.getLogger("lakehouse")
+    served = served_session(settings)
+    if served is not None:
+        spark, connected_s = served
+        started = time.monotonic()
+        try:
+            result = answer(spark, settings, request)
+        finally:
+            spark.stop()   # a Connect client's stop closes its session on the server, not the server
+        lake_log.info("answered %s over Spark Connect in %.2f s (connected in %.2f s)", request["kind"],
+                      time.monotonic() - started, connected_s)
+    else:
         notice = ("no lakehouse serve running for this lake: starting Spark for this one query, a new JVM; "
                   "`lakehouse serve` keeps one warm and answers in about a second")
-        logging.getLogger("lakehouse").info(notice)
+        lake_log.info(notice)
         if sys.stderr.isatty():   # a hint for a person; a script's stderr keeps to errors
             print(f"({notice})", file=sys.stderr, flush=True)
         from lakehouse.infra.spark import get_spark
-        from lakehouse.serving.sql import answer
 
         result = answer(get_spark(settings, app_name), settings, request)
     if "error" in result:
@@ -205,7 +216,7 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.serving.server import serve
 
-    return serve(settings)
+    return serve(settings, args.port)
 
 
 def _beeline(settings: Settings, beeline_args: list[str]) -> int:
@@ -469,14 +480,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_integer(1, 1_000_000), default=100, help="rows to print at most (default 100)")
     p.set_defaults(fn=cmd_sql)
 
-    p = sub.add_parser("serve", help="keep a Spark session running that lakehouse sql, history and Dagster runs use",
-                       description="Starts Spark once and answers lakehouse sql and lakehouse history on a loopback "
-                                   "port (127.0.0.1, recorded with its PID in <home>/sql-endpoint.json) until Ctrl-C "
-                                   "or SIGTERM; Dagster runs on the same lake (lakehouse run, lakehouse backfill, a "
-                                   "materialization in the UI, the checks that read tables) run their Spark work there "
-                                   "too, one step at a time. Without it each of those starts its own JVM (10-40 s). It "
-                                   "sees tables created later by other processes. Once up, it warms the run path up on "
-                                   "a scratch lake (LAKEHOUSE_SERVE_WARM_UP) so that the first run is not a cold one.")
+    p = sub.add_parser("serve", help="run a Spark Connect server over the lake that lakehouse sql, history, notebooks "
+                                     "and Dagster runs use",
+                       description="Starts Spark's own Spark Connect server on 127.0.0.1 (read-only, every table by "
+                                   "name, tables created later included) and keeps it until Ctrl-C or SIGTERM; its PID "
+                                   "and ports are in <home>/serve.json. lakehouse sql and lakehouse history use it "
+                                   "instead of starting a JVM (10-40 s); any Spark Connect client does too: "
+                                   "SparkSession.builder.remote(\"sc://127.0.0.1:15002\").getOrCreate(). Dagster runs "
+                                   "on the same lake (lakehouse run, lakehouse backfill, a materialization in the UI, the "
+                                   "checks that read tables) run their Spark work in the same process, one step at a "
+                                   "time. Once up, it warms the run path up on a scratch lake (LAKEHOUSE_SERVE_WARM_UP) "
+                                   "so that the first run is not a cold one.")
+    p.add_argument("--port", type=_integer(1, 65535), default=15002,
+                   help="Spark Connect's port on 127.0.0.1 (default 15002, Spark Connect's own)")
     p.set_defaults(fn=cmd_serve)
 
     p = sub.add_parser("sql-server", help="start, stop or check a JDBC/ODBC endpoint (Spark's Thrift server) over the tables",

@@ -134,12 +134,12 @@ def get_spark(settings: Settings, app_name: str = "lakehouse") -> SparkSession:
     started = time.monotonic()
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    _quiet_error_context_loggers()
+    quiet_error_context_loggers()
     log.info("Spark session ready in %.1f s (Spark %s)", time.monotonic() - started, spark.version)
     return spark
 
 
-def _quiet_error_context_loggers() -> None:
+def quiet_error_context_loggers() -> None:
     """PySpark logs every failed query (JSON with a JVM trace) to stderr before raising it.
 
     The exception still reaches the caller, who turns it into one sentence; the dump is noise.

@@ -1,13 +1,11 @@
-"""`lakehouse serve`'s endpoint: where it is, how to ask it, and its HTTP handler (the server is server.py).
+"""Where `lakehouse serve` is (its state file) and its run-step handler; the server itself is server.py.
 
-Starting Spark costs a JVM and 10-40 s on a small machine; a query over a gold table then takes about a
-second. So `lakehouse serve` starts one session, keeps it, and answers queries on a loopback HTTP port
-(127.0.0.1 only, a port the system picks) that it writes with its PID to `<home>/sql-endpoint.json`. The
-commands read that file: with an endpoint up for the same lake they send the query there, otherwise they
-start Spark themselves, as before, and say so. The endpoint runs the very same code (`serving/sql.py`):
-the same read-only guard, the same one-sentence errors, and tables that appear after it started are seen.
-A Dagster run's catch-up steps (`lakehouse run`, a materialization in the UI) run there too, in the same
-session (serving/remote_runs.py sends them, serving/served_steps.py runs them).
+`lakehouse serve` is a Spark Connect server: `lakehouse sql`, `lakehouse history`, notebooks and any Spark
+Connect client reach its warm session at `sc://127.0.0.1:<port>` (connect.py). A Dagster run's steps cannot
+go over Spark Connect: the flows' writers call Delta's Python API and the JVM, which a Connect session does
+not have (no Delta Connect plugin is served for this Delta). So the same process also runs them, in its own
+session, on a second loopback port: remote_runs.py sends a step, served_steps.py runs it, and its log
+lines and events come back here one JSON line each. Both ports and the PID are in `<home>/serve.json`.
 """
 
 from __future__ import annotations
@@ -16,8 +14,6 @@ import json
 import logging
 import os
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -33,23 +29,29 @@ STREAMED = ("catch_up", "table", "backfill", "check")
 
 
 def state_file(settings: Settings) -> Path:
-    return Path(settings.home) / "sql-endpoint.json"
+    return Path(settings.home) / "serve.json"
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """A running `lakehouse serve`: its PID, port and the lake it answers for."""
+    """A running `lakehouse serve`: its PID, run-step port, Spark Connect port and the lake it serves."""
 
     pid: int
     port: int
     lake_root: str
+    connect_port: int
+
+    @property
+    def url(self) -> str:
+        """What a Spark Connect client passes to `SparkSession.builder.remote`."""
+        return f"sc://{HOST}:{self.connect_port}"
 
 
 def running_endpoint(settings: Settings) -> Endpoint | None:
     """The endpoint serving this home's lake, if one is up (its process alive and its lake this one)."""
     try:
         state = json.loads(state_file(settings).read_text())
-        endpoint = Endpoint(int(state["pid"]), int(state["port"]), str(state["lake_root"]))
+        endpoint = Endpoint(int(state["pid"]), int(state["port"]), str(state["lake_root"]), int(state["connect_port"]))
         os.kill(endpoint.pid, 0)
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -60,27 +62,7 @@ class EndpointError(RuntimeError):
     """The endpoint cannot start, or answered with something other than a result or a user's error."""
 
 
-def ask(settings: Settings, request: dict[str, Any]) -> dict[str, Any] | None:
-    """The endpoint's answer to one request, or None when no endpoint is up (the caller then runs it itself)."""
-    endpoint = running_endpoint(settings)
-    if endpoint is None:
-        return None
-    body = json.dumps(request).encode()
-    call = urllib.request.Request(f"http://{HOST}:{endpoint.port}/", data=body, method="POST",
-                                  headers={"Content-Type": "application/json"})
-    try:
-        # No timeout on the answer: a query over a large table may take minutes; connecting is immediate.
-        with urllib.request.urlopen(call) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        raise EndpointError(f"lakehouse serve (pid {endpoint.pid}) failed on this request: "
-                            f"{exc.read().decode(errors='replace')[:500]}") from None
-    except (urllib.error.URLError, ConnectionError):
-        return None   # it stopped between the check and the call
-
-
-def _handler(run: Callable[[dict[str, Any]], dict[str, Any]],
-             stream: Callable[[dict[str, Any], Callable[[dict], None]], None]) -> type[BaseHTTPRequestHandler]:
+def _handler(stream: Callable[[dict[str, Any], Callable[[dict], None]], None]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def _stream(self, request: dict[str, Any]) -> None:
             """A run's step: its log lines and events go back one JSON line each as they happen (HTTP/1.0: the
@@ -105,9 +87,7 @@ def _handler(run: Callable[[dict[str, Any]], dict[str, Any]],
                 request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 if request.get("kind") in STREAMED:
                     return self._stream(request)
-                started = time.monotonic()
-                body, status = json.dumps(run(request)).encode(), 200
-                log.info("answered %s in %.2f s", request.get("kind", "sql"), time.monotonic() - started)
+                body, status = f"not a run step: {request.get('kind')!r}".encode(), 400
             except Exception as exc:  # noqa: BLE001 - the client shows it; the endpoint keeps serving
                 log.exception("request failed")
                 body, status = f"{type(exc).__name__}: {exc}".encode(), 500

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -13,6 +15,7 @@ SOURCE = Path(__file__).resolve().parent / "jvm" / "ReadOnlyGuard.java"
 EXTENSION = "lakehouse.serving.ReadOnlyGuard"
 SETTING = "spark.lakehouse.readOnly"   # ReadOnlyGuard.SETTING
 OWNER = "spark.lakehouse.readOnly.owner"   # ReadOnlyGuard.OWNER: the server's own session may register tables
+OWNER_TOKEN = "LAKEHOUSE_READ_ONLY_OWNER_TOKEN"   # ReadOnlyGuard.OWNER_TOKEN: the value OWNER must have
 
 
 def _pyspark_jars() -> Path:
@@ -27,6 +30,12 @@ def jar_path(jars_dir: str | Path) -> Path:
 
     digest = hashlib.sha256(SOURCE.read_bytes() + pyspark.__version__.encode()).hexdigest()[:12]
     return Path(jars_dir) / "lakehouse" / f"read-only-guard-{digest}.jar"
+
+
+def owner_token() -> str:
+    """A fresh secret for this server process, put in its environment before the JVM starts (which inherits it)."""
+    os.environ[OWNER_TOKEN] = secrets.token_hex(16)
+    return os.environ[OWNER_TOKEN]
 
 
 def build_guard(jars_dir: str | Path) -> Path:

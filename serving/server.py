@@ -1,7 +1,10 @@
-"""`lakehouse serve`: a long-lived Spark session that `lakehouse sql`, `lakehouse history` and Dagster runs use.
+"""`lakehouse serve`: Spark's own Spark Connect server over the lake, read-only, with the tables by name.
 
-It answers queries (sql.py) and runs the steps Dagster runs send it (served_steps.py) on the endpoint of
-endpoint.py, after warming its session on the lake (warm_up.py).
+Any Spark Connect client (`lakehouse sql` and `history`, a notebook, PySpark's `SparkSession.builder.remote`)
+reaches its warm session at `sc://127.0.0.1:15002`; each client's session shares the catalog, where the
+lake's tables are registered by name (and re-registered every few seconds for tables created later). The
+same process runs the steps Dagster runs send it on a second loopback port (endpoint.py says why), after
+warming its session on the lake (warm_up.py).
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ import json
 import logging
 import os
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from http.server import ThreadingHTTPServer
@@ -18,55 +24,91 @@ from typing import Any, Callable
 from lakehouse.infra.settings import Settings
 from lakehouse.serving.endpoint import HOST, Endpoint, EndpointError, _handler, running_endpoint, state_file
 from lakehouse.serving.served_steps import RUN_LOCK, serve_step
-from lakehouse.serving.sql import answer, run_sql
 from lakehouse.serving.warm_up import warm_up_runs
 
 log = logging.getLogger("lakehouse")
 
-
-def _warm_up(spark, settings: Settings) -> None:
-    """The run path's warm-up (warm_up.py), holding the lock run steps take."""
-    warm_up_runs(spark, settings, RUN_LOCK)
+DEFAULT_PORT = 15002   # Spark Connect's own default: what clients and notebooks try first
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 
 
-def serve(settings: Settings) -> int:
-    """Start Spark, warm it on the lake, answer requests until SIGTERM or Ctrl-C; 0 when stopped."""
-    from lakehouse.infra.spark import get_spark
+def _port_taken(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+WARM_CONNECT = """
+import sys
+from pyspark.sql import SparkSession
+client = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+client.sql("SHOW TABLES").collect()
+client.stop()
+"""
+
+
+def _warm_connect(url: str) -> None:
+    """Plan a first query through Spark Connect as a client would (the server's first one takes seconds).
+
+    From a process of its own: this one's session builder holds the server's settings, which a client must not send.
+    """
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", WARM_CONNECT, url], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
+    log.info("warmed up Spark Connect in %.1f s", time.monotonic() - started)
+
+
+def serve(settings: Settings, port: int = DEFAULT_PORT) -> int:
+    """Start the Spark Connect server, warm it, serve until SIGTERM or Ctrl-C; 0 when stopped."""
+    from lakehouse.batch.catalog import register_tables
+    from lakehouse.serving.guarded import guarded_session, keep_registered
 
     other = running_endpoint(settings)
     if other is not None:
         raise EndpointError(f"lakehouse serve is already running for this lake (pid {other.pid}); "
                             f"stop it first (kill {other.pid}).")
-    spark = get_spark(settings, "lakehouse-serve")
+    if _port_taken(port):
+        raise EndpointError(f"port {port} on {HOST} is taken by another program; choose another with --port.")
+    conf = {"spark.plugins": CONNECT_PLUGIN, "spark.connect.grpc.binding.address": HOST,
+            "spark.connect.grpc.binding.port": str(port)}
+    spark = guarded_session(settings, "lakehouse-serve", read_only=True, conf=conf)
     started = time.monotonic()
-    run_sql(spark, settings.lake_root, "SELECT 1")   # plans a first query: registers the tables, loads the parser
+    register_tables(spark, settings.lake_root)
+    stop = threading.Event()
+    url = f"sc://{HOST}:{port}"
+    try:
+        _warm_connect(url)
+    except Exception as exc:  # noqa: BLE001 - a client's first query is then the slow one, nothing else
+        log.warning("could not warm Spark Connect up (%s)", str(exc).splitlines()[0][:300] if str(exc) else exc)
     log.info("warmed up in %.1f s", time.monotonic() - started)
-
-    lock = threading.Lock()   # one query at a time: they share the session's catalog and 2 cores (a run's step
-                              # takes a lock of its own: a query need not wait for a catch-up)
-
-    def run(request: dict[str, Any]) -> dict[str, Any]:
-        with lock:
-            return answer(spark, settings, request)
+    threading.Thread(target=keep_registered, args=(spark, settings, stop), name="register-tables", daemon=True).start()
 
     def step(request: dict[str, Any], emit: Callable[[dict], None]) -> None:
         serve_step(spark, settings, request, emit)
+        try:   # a table the step created can be queried by name at once, not a few seconds later
+            register_tables(spark, settings.lake_root)
+        except Exception as exc:  # noqa: BLE001 - the registering loop tries again
+            log.warning("could not register the lake's tables after a run step: %s", str(exc).splitlines()[0][:300])
 
-    server = ThreadingHTTPServer((HOST, 0), _handler(run, step))
-    endpoint = Endpoint(os.getpid(), server.server_address[1], settings.lake_root)
-    stop = threading.Event()
+    server = ThreadingHTTPServer((HOST, 0), _handler(step))
+    endpoint = Endpoint(os.getpid(), server.server_address[1], settings.lake_root, port)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda _s, _f: stop.set())
-    threading.Thread(target=server.serve_forever, name="sql-endpoint", daemon=True).start()
+    threading.Thread(target=server.serve_forever, name="run-steps", daemon=True).start()
     path = state_file(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pid": endpoint.pid, "port": endpoint.port, "lake_root": endpoint.lake_root}))
+    tmp.write_text(json.dumps({"pid": endpoint.pid, "port": endpoint.port, "lake_root": endpoint.lake_root,
+                               "connect_port": port}))
     tmp.replace(path)   # readers never see half a file
-    print(f"lakehouse serve: SQL endpoint for {settings.lake_root} on {HOST}:{endpoint.port} (pid {endpoint.pid}); "
-          "lakehouse sql and lakehouse history now use it. Ctrl-C or SIGTERM stops it.", flush=True)
+    print(f"lakehouse serve: Spark Connect for {settings.lake_root} at {endpoint.url} (pid {endpoint.pid}), read-only; "
+          "lakehouse sql, lakehouse history and Dagster runs now use it. Ctrl-C or SIGTERM stops it.", flush=True)
     if settings.serve_warm_up:
-        threading.Thread(target=_warm_up, args=(spark, settings), name="serve-warm-up", daemon=True).start()
+        threading.Thread(target=warm_up_runs, args=(spark, settings, RUN_LOCK), name="serve-warm-up",
+                         daemon=True).start()
     try:
         while not stop.wait(0.5):
             pass

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from lakehouse.batch.catalog import VersionRange, existing_tables, register_tables, table_history, version_range
 from lakehouse.schemas import tables as table_specs
+from lakehouse.serving.connect import is_remote
 from lakehouse.streaming.lake_files import has_delta_log
 
 
@@ -85,6 +86,8 @@ def explain_sql_error(
     if condition.startswith("UNRESOLVED_COLUMN"):
         hint = f" Did you mean one of: {_strip(params['proposal'])}?" if params.get("proposal") else ""
         return f"There is no column named {_strip(params.get('objectName', '?'))}.{hint}"
+    if condition == READ_ONLY:   # the server's guard: its message is the sentence, after the class Spark Connect names
+        return str(exc).strip().splitlines()[0].split(READ_ONLY_CLASS, 1)[-1].strip()
     if condition.startswith("PARSE_SYNTAX_ERROR") or condition.startswith("PARSE_EMPTY_STATEMENT"):
         near = params.get("error")
         return f"The query has a syntax error{f' at or near {near}' if near else ''}."
@@ -93,6 +96,9 @@ def explain_sql_error(
         first = first.split("] ", 1)[1]
     return first.split(" SQLSTATE")[0].rstrip(". ") + "."
 
+
+# The condition of serving/jvm/ReadOnlyGuard.java's refusals, and the class a Spark Connect client's message names.
+READ_ONLY, READ_ONLY_CLASS = "LAKEHOUSE_READ_ONLY", "(lakehouse.serving.ReadOnlyGuard$ReadOnlyViolation)"
 
 # Commands that only read: describing and listing tables, explaining a plan, a Delta table's history.
 _READ_ONLY_COMMANDS = {
@@ -168,16 +174,28 @@ def _time_travelled(spark: SparkSession, lake_root: str, query: str) -> dict[str
     return found
 
 
+def _served_tables(spark: SparkSession) -> list[str]:
+    """The lake's tables the server has registered by name, in the declared order."""
+    names = {row[1] for row in spark.sql("SHOW TABLES").collect()}
+    return [spec.name for spec in table_specs.ALL if spec.name in names]
+
+
 def run_sql(spark: SparkSession, lake_root: str, query: str, limit: int = 100) -> tuple[list[str], list[tuple[Any, ...]], bool]:
-    """(columns, rows, truncated) of a query over the registered tables."""
-    refuse_writes(spark, query)
-    tables = register_tables(spark, lake_root)
+    """(columns, rows, truncated) of a query over the registered tables.
+
+    In a Spark Connect session the server registers the tables and its guard refuses writes; in a session of
+    this process both happen here.
+    """
+    remote = is_remote(spark)
+    if not remote:
+        refuse_writes(spark, query)
+    tables = _served_tables(spark) if remote else register_tables(spark, lake_root)
     try:
         df = spark.sql(query)
         rows = df.limit(limit + 1).collect()
     except PySparkException as exc:
         versions = {}
-        if (exc.getCondition() or "") in TIME_TRAVEL_ERRORS:
+        if (exc.getCondition() or "") in TIME_TRAVEL_ERRORS and not remote:
             versions = {name: version_range(spark, path) for name, path in _time_travelled(spark, lake_root, query).items()
                         if has_delta_log(spark, path)}
         raise SqlError(explain_sql_error(exc, tables, versions)) from None
@@ -186,7 +204,7 @@ def run_sql(spark: SparkSession, lake_root: str, query: str, limit: int = 100) -
 
 def history(spark: SparkSession, lake_root: str, table: str, limit: int | None = None) -> tuple[list[str], list[tuple]]:
     """(columns, rows) of a table's versions, newest first: when, which operation, what it wrote, user metadata."""
-    existing = [spec.name for spec in existing_tables(spark, lake_root)]
+    existing = _served_tables(spark) if is_remote(spark) else [spec.name for spec in existing_tables(spark, lake_root)]
     if table not in existing:
         raise SqlError(no_such_table(table, existing))
     commits = table_history(spark, table_specs.BY_NAME[table].path(lake_root), limit)

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lakehouse.infra.settings import Settings
@@ -27,7 +27,6 @@ from lakehouse.infra.settings import Settings
 log = logging.getLogger("lakehouse")
 
 DEFAULT_PORT = 10000   # HiveServer2's own default: what BI tools propose
-REGISTER_EVERY_S = 5.0  # how soon a table created after the start can be queried by name
 STOP_WAIT_S = 30.0
 
 
@@ -170,20 +169,10 @@ def _open_first_session(spark, host: str, port: int) -> None:
 
 def _serve(settings: Settings, host: str, port: int, read_only: bool) -> int:
     """The server process: Spark with the guard, the Thrift server on it, tables registered until SIGTERM."""
-    from lakehouse.batch.catalog import register_tables
-    from lakehouse.infra.jars import jar_paths
-    from lakehouse.infra.spark import get_spark
-    from lakehouse.serving.guard_jar import EXTENSION, OWNER, SETTING, build_guard
+    from lakehouse.serving.guarded import guarded_session, keep_registered
 
     scratch = Path(settings.home) / "sql-server"
-    jars = [*jar_paths(settings.jars_dir, "spark"), str(build_guard(settings.jars_dir))]
     conf = {
-        "spark.jars": ",".join(jars),
-        # Each client's session is built in a Thrift thread, which sees the JVM's class path, not the loader
-        # that spark.jars adds to: without them there, every connection fails on Delta's catalog class.
-        "spark.driver.extraClassPath": os.pathsep.join(jars),
-        "spark.sql.extensions": f"io.delta.sql.DeltaSparkSessionExtension,{EXTENSION}",
-        SETTING: str(read_only).lower(),
         "spark.hadoop.hive.server2.thrift.bind.host": host,
         "spark.hadoop.hive.server2.thrift.port": str(port),
         # Hive's working folders under the home, not /tmp/hive shared with every other user of the machine.
@@ -194,10 +183,10 @@ def _serve(settings: Settings, host: str, port: int, read_only: bool) -> int:
         # Hive opens a metastore when a client's session closes; without a database of its own it retried for
         # 20 s on every disconnect. The tables are in Spark's catalog: this one stays empty.
         "spark.hadoop.javax.jdo.option.ConnectionURL": "jdbc:derby:memory:lakehouse-sql-server;create=true",
-        **settings.spark_conf,
     }
-    spark = get_spark(replace(settings, spark_conf=conf), "lakehouse-sql-server")
-    spark.conf.set(OWNER, "true")   # this session registers tables; the clients' sessions are others
+    spark = guarded_session(settings, "lakehouse-sql-server", read_only, conf)
+    from lakehouse.batch.catalog import register_tables
+
     names = register_tables(spark, settings.lake_root)
     server = spark._jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
         spark._jsparkSession.sqlContext())
@@ -213,11 +202,7 @@ def _serve(settings: Settings, host: str, port: int, read_only: bool) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda _s, _f: stopping.set())
     try:
-        while not stopping.wait(REGISTER_EVERY_S):
-            added = sorted(set(register_tables(spark, settings.lake_root)) - set(names))
-            if added:
-                log.info("tables now served: %s", ", ".join(added))
-                names += added
+        keep_registered(spark, settings, stopping)
     finally:
         log.info("SQL server stopping")
         server.stop()

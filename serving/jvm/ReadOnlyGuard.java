@@ -25,13 +25,17 @@ import scala.runtime.BoxedUnit;
 public final class ReadOnlyGuard implements Function1<SparkSessionExtensions, BoxedUnit> {
 
     public static final String SETTING = "spark.lakehouse.readOnly";
-    // Set through the server's own session's runtime conf (never SQL: SET of spark.lakehouse.* is refused), so
-    // that it can register tables; the sessions of clients start without it.
+    // The server's own session sets this runtime option to the token in its environment (OWNER_TOKEN), so that it
+    // can register tables and run flows; a client can set any option of its own session (Spark Connect's config
+    // call is not SQL), but cannot read the server's environment, so only the token lifts the guard.
     public static final String OWNER = "spark.lakehouse.readOnly.owner";
+    public static final String OWNER_TOKEN = "LAKEHOUSE_READ_ONLY_OWNER_TOKEN";
 
     // Commands that read or only touch the client's own session.
     private static final Pattern READS = Pattern.compile(
         "^(Describe|Show|Explain|SetCommand$|ResetCommand$|SetNamespace|SetCatalog|DescribeDelta)");
+    // Python run on the server (a Spark Connect client's UDFs, mapInPandas, applyInArrow...): it could do anything.
+    private static final Pattern PYTHON = Pattern.compile("Python|Pandas|Arrow");
     // Plans that write without being a Command in every Spark version (statements resolved later).
     private static final Pattern WRITES = Pattern.compile(
         "Insert|Restore|Clone|Convert|Merge|Delete|Update|Write|Drop|Create|Alter|Truncate|Vacuum|Optimize|Reorg");
@@ -40,8 +44,10 @@ public final class ReadOnlyGuard implements Function1<SparkSessionExtensions, Bo
     public BoxedUnit apply(SparkSessionExtensions extensions) {
         extensions.injectCheckRule(session -> {
             boolean readOnly = "true".equalsIgnoreCase(session.sparkContext().conf().get(SETTING, "false"));
+            String token = System.getenv(OWNER_TOKEN);
             Function1<LogicalPlan, BoxedUnit> rule = plan -> {
-                if (readOnly && !"true".equals(session.conf().get(OWNER, "false"))) {
+                boolean owner = token != null && token.length() >= 16 && token.equals(session.conf().get(OWNER, ""));
+                if (readOnly && !owner) {
                     refuseWrites(plan);
                 }
                 return BoxedUnit.UNIT;
@@ -63,9 +69,15 @@ public final class ReadOnlyGuard implements Function1<SparkSessionExtensions, Bo
                 throw new ReadOnlyViolation("this server is read-only and a " + verb(name)
                     + " would change the lake; tables are written only by their flows, backfills and maintenance commands");
             }
+            if (PYTHON.matcher(name).find()) {
+                throw new ReadOnlyViolation("this server is read-only and does not run Python code: a query may only read the tables");
+            }
             node.expressions().foreach(expression -> {
                 if (expression.find(e -> e instanceof CallMethodViaReflection).isDefined()) {
                     throw new ReadOnlyViolation("this server does not run reflect or java_method: a query may only read the tables");
+                }
+                if (expression.find(e -> PYTHON.matcher(e.getClass().getSimpleName()).find()).isDefined()) {
+                    throw new ReadOnlyViolation("this server is read-only and does not run Python code: a query may only read the tables");
                 }
                 return BoxedUnit.UNIT;
             });

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -34,6 +36,14 @@ REVENUE = [
 ]
 GOLD_QUERY = ("SELECT currency, sum(revenue_cents) AS revenue_cents, sum(orders) AS orders "
               "FROM gold_revenue_per_minute GROUP BY currency ORDER BY currency")
+
+
+# A JDBC client's SET only changes its own session (BI tools send them), so the server lets it through. Spark
+# itself refuses INSERT OVERWRITE DIRECTORY in Hive's format without a Hive catalog; in a data source's, the guard does.
+JDBC_WRITES = [statement.replace("DIRECTORY '{path}/../elsewhere'", "DIRECTORY '{path}/../elsewhere' USING parquet")
+               for statement in WRITES if not statement.startswith("SET ")]
+CONNECT_WRITES = [*JDBC_WRITES, "DataFrame write", "DataFrame stream", "Python UDF", "mapInPandas",
+                  "the owner setting set by the client"]
 
 
 def _expected() -> list[tuple[str, int, int]]:
@@ -76,6 +86,66 @@ def served(spark, jars_dir, tmp_path_factory):
     assert _lakehouse(env, "sql-server", "status").returncode == 1
 
 
+# A Spark Connect client as a notebook runs one (README): rows of the gold query, then each write it tries.
+CONNECT_CLIENT = """
+import json, sys
+from pyspark.sql import SparkSession
+from pyspark.sql.functions import udf
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+rows = [tuple(r) for r in spark.sql(sys.argv[2]).collect()]
+attempts = {s: (lambda s=s: spark.sql(s).collect()) for s in json.loads(sys.argv[3])}
+silver = spark.read.table("silver_orders")
+attempts["DataFrame write"] = lambda: silver.write.format("delta").mode("append").save(sys.argv[4])
+attempts["DataFrame stream"] = lambda: (spark.readStream.format("rate").load().writeStream.format("delta")
+    .option("checkpointLocation", sys.argv[5]).start(sys.argv[4]).awaitTermination(30))
+attempts["Python UDF"] = lambda: silver.select(udf(lambda c: c.lower())("currency")).collect()
+attempts["mapInPandas"] = lambda: silver.mapInPandas(lambda frames: frames, silver.schema).collect()
+def owner_then_delete():
+    spark.conf.set("spark.lakehouse.readOnly.owner", "true")
+    return spark.sql("DELETE FROM silver_orders").collect()
+attempts["the owner setting set by the client"] = owner_then_delete
+refused = {}
+for name, attempt in attempts.items():
+    try:
+        attempt()
+        refused[name] = None
+    except Exception as exc:
+        refused[name] = [exc.getCondition() if hasattr(exc, "getCondition") else None, str(exc).splitlines()[0]]
+print(json.dumps({"rows": rows, "refused": refused}))
+"""
+
+
+@pytest.fixture(scope="module")
+def connect(served):
+    """`lakehouse serve` (Spark Connect) on the same lake, started as a user does; stopped by PID after."""
+    env = {**served["env"], "LAKEHOUSE_SERVE_WARM_UP": "false"}
+    port, home = free_port(), Path(served["env"]["LAKEHOUSE_HOME"])
+    out = open(home.parent / "serve.out", "w")
+    server = subprocess.Popen([str(LAKEHOUSE), "serve", "--port", str(port)], env=env, stdout=out,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    state = home / "serve.json"
+    try:
+        deadline = time.monotonic() + 240
+        while not state.exists() and server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert state.exists(), (home.parent / "serve.out").read_text()[-3000:]
+        assert json.loads(state.read_text())["connect_port"] == port
+        client = subprocess.run([sys.executable, "-c", CONNECT_CLIENT, f"sc://127.0.0.1:{port}", GOLD_QUERY,
+                                 json.dumps([w.format(path=served["silver"]) for w in JDBC_WRITES]), served["silver"],
+                                 str(home.parent / "refused-stream-checkpoint")],
+                                capture_output=True, text=True, timeout=600)
+        assert client.returncode == 0, client.stderr[-3000:]
+        yield {"env": env, "server": server, "home": home, **json.loads(client.stdout.strip().splitlines()[-1])}
+    finally:
+        os.kill(server.pid, signal.SIGTERM)
+        try:
+            code = server.wait(timeout=120)
+        finally:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGKILL)
+    assert code == 0 and not state.exists(), (home.parent / "serve.out").read_text()[-3000:]
+
+
 def _cursor(served):
     return hive.connect(host="127.0.0.1", port=served["port"], username="test").cursor()
 
@@ -99,10 +169,31 @@ def test_beeline_pyhive_and_lakehouse_sql_return_the_same_gold_rows(served, spar
     assert DeltaTable.forPath(spark, served["gold"]).history(1).collect()[0]["version"] == 0
 
 
-# A JDBC client's SET only changes its own session (BI tools send them), so the server lets it through. Spark
-# itself refuses INSERT OVERWRITE DIRECTORY in Hive's format without a Hive catalog; in a data source's, the guard does.
-JDBC_WRITES = [statement.replace("DIRECTORY '{path}/../elsewhere'", "DIRECTORY '{path}/../elsewhere' USING parquet")
-               for statement in WRITES if not statement.startswith("SET ")]
+def test_a_spark_connect_client_and_lakehouse_sql_over_it_return_the_same_gold_rows(served, connect):
+    """A Spark Connect client of `lakehouse serve` gets Python's totals; `lakehouse sql` goes through it, no JVM of its own."""
+    expected = _expected()
+    assert [tuple(row) for row in connect["rows"]] == expected
+    log = connect["home"] / "logs" / "lakehouse.log"
+    before = log.read_text()
+    query = _lakehouse(connect["env"], "sql", GOLD_QUERY)
+    assert query.returncode == 0, query.stderr[-2000:]
+    lines = query.stdout.splitlines()
+    assert [tuple(cell.strip() for cell in line.split("|")) for line in lines[2:2 + len(expected)]] == \
+        [(c, str(r), str(o)) for c, r, o in expected], query.stdout
+    added = log.read_text()[len(before):]
+    assert "answered sql over Spark Connect" in added and "starting a Spark session" not in added, added[-2000:]
+
+
+@pytest.mark.parametrize("attempt", CONNECT_WRITES)
+def test_a_write_is_refused_over_spark_connect(served, connect, spark, attempt):
+    """SQL writes, DataFrame and stream writes, Python code and a client's try at the owner setting are all refused."""
+    name = attempt.format(path=served["silver"]) if attempt in JDBC_WRITES else attempt
+    condition, message = connect["refused"][name] or (None, "it ran")
+    assert condition == "LAKEHOUSE_READ_ONLY", (attempt, message)
+    assert "is read-only" in message or "does not run reflect" in message, message
+    assert DeltaTable.forPath(spark, served["silver"]).history(1).collect()[0]["version"] == 1
+    assert spark.read.format("delta").load(served["silver"]).count() == 3
+    assert not (Path(served["silver"]).parent / "elsewhere").exists()
 
 
 @pytest.mark.parametrize("statement", JDBC_WRITES)

@@ -1,0 +1,59 @@
+"""A server's Spark session: the project's jars, Delta and the read-only guard, its own session exempt by token."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import replace
+from typing import Mapping
+
+from pyspark.sql import SparkSession
+
+from lakehouse.infra.settings import Settings
+
+log = logging.getLogger("lakehouse")
+
+REGISTER_EVERY_S = 5.0  # how soon a table created by another process can be queried by name
+
+
+def guarded_session(settings: Settings, app_name: str, read_only: bool, conf: Mapping[str, str]) -> SparkSession:
+    """Start the server's Spark with the guard; its own session may write (flows, registering tables), clients' may not."""
+    from lakehouse.infra.jars import jar_paths
+    from lakehouse.infra.spark import get_spark
+    from lakehouse.serving.guard_jar import EXTENSION, OWNER, SETTING, build_guard, owner_token
+
+    jars = [*jar_paths(settings.jars_dir, "spark"), str(build_guard(settings.jars_dir))]
+    full = {
+        "spark.jars": ",".join(jars),
+        # A client's session is built in a server thread (Thrift's, Spark Connect's), which sees the JVM's class
+        # path, not the loader that spark.jars adds to: without them there, it fails on Delta's catalog class.
+        "spark.driver.extraClassPath": os.pathsep.join(jars),
+        "spark.sql.extensions": f"io.delta.sql.DeltaSparkSessionExtension,{EXTENSION}",
+        SETTING: str(read_only).lower(),
+        **conf,
+        **settings.spark_conf,
+    }
+    token = owner_token()   # before the JVM starts: it inherits this process's environment
+    spark = get_spark(replace(settings, spark_conf=full), app_name)
+    spark.conf.set(OWNER, token)
+    return spark
+
+
+def keep_registered(spark: SparkSession, settings: Settings, stopping: threading.Event) -> None:
+    """Register the lake's tables by name now and every few seconds until `stopping` is set (tables created later)."""
+    from lakehouse.batch.catalog import register_tables
+
+    names: list[str] = []
+    while True:
+        try:
+            current = register_tables(spark, settings.lake_root)
+        except Exception as exc:  # noqa: BLE001 - a table being created right now; the next round sees it
+            log.warning("could not register the lake's tables this round: %s", str(exc).splitlines()[0][:300])
+            current = names
+        added = sorted(set(current) - set(names))
+        if added:
+            log.info("tables served by name: %s", ", ".join(added))
+        names = current
+        if stopping.wait(REGISTER_EVERY_S):
+            return
