@@ -28,7 +28,6 @@ import argparse
 import logging
 import random
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from bench.bad_records import OUTCOMES, TOPICS, BadRecord, Outcome, corpus
+from bench.harness import free_port
 from lakehouse.pipelines import shop
 
 log = logging.getLogger("bench.drill_bad_input")
@@ -373,12 +373,6 @@ def report(f: Findings, *, kinds: list[BadRecord], copies: int, shop_events: int
 
 
 # ------------------------------------------------------------------ the drill
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def mix_in(rng: random.Random, base: list[Outgoing], extra: list[Outgoing]) -> list[Outgoing]:
     """`extra` spread over `base` at random places, each list keeping its own order."""

@@ -41,6 +41,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import statistics
 import tempfile
 import threading
@@ -70,6 +71,13 @@ def this_checkout(env: Mapping[str, str]) -> dict[str, str]:
     """
     paths = [str(ROOT), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
     return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def free_port() -> int:
+    """A loopback port no one listens on now (the system's pick)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def say(message: str) -> None:

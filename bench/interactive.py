@@ -6,7 +6,7 @@ Preloads shop events on a private broker and catches the whole pipeline up into 
 starts `lakehouse serve` on that lake and times, as a user types them, each command in its own process:
 
 - a gold query (revenue per currency over gold_revenue_per_minute) without an endpoint (the command starts
-  its own Spark) and with the endpoint up;
+  its own Spark) and with the endpoint (`lakehouse serve`'s Spark Connect server) up;
 - the same query with a mistyped table name (one sentence back), both ways;
 - `lakehouse run bronze_customers` (a Dagster run of one small asset) without an endpoint (the run starts
   its own Spark) and with the endpoint up (the run's catch-up runs in the endpoint's session);
@@ -82,8 +82,9 @@ def caught_up_lake(settings, broker, events: int, name: str) -> None:
 def start_endpoint(env: dict[str, str], home: str) -> tuple[subprocess.Popen, float]:
     began = time.perf_counter()
     log = open(Path(home) / "serve.out", "w")
-    proc = subprocess.Popen([str(LAKEHOUSE), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
-    state = Path(home) / "sql-endpoint.json"
+    proc = subprocess.Popen([str(LAKEHOUSE), "serve", "--port", str(harness.free_port())], env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    state = Path(home) / "serve.json"
     while not state.exists():
         if proc.poll() is not None:
             raise RuntimeError(f"lakehouse serve exited {proc.returncode}; see {home}/serve.out")
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(cold_home, ignore_errors=True)
         # The endpoint logs how long each answer took inside it: the rest of a command's time is its own start.
         logged = log_path.read_text()[offset:]
-        inside = [float(m.group(1)) for m in re.finditer(r"answered sql in ([\d.]+) s", logged)]
+        inside = [float(m.group(1)) for m in re.finditer(r"answered sql over Spark Connect in ([\d.]+) s", logged)]
         steps = [float(m.group(1)) for m in re.finditer(r"ran a catch_up step in ([\d.]+) s", logged)]
         backfills = [float(m.group(1)) for m in re.finditer(r"ran a backfill step in ([\d.]+) s", logged)]
         check_steps = [float(m.group(1)) for m in re.finditer(r"ran a check step in ([\d.]+) s", logged)]

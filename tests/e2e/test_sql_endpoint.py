@@ -1,4 +1,4 @@
-"""`lakehouse serve` as a user runs it: lakehouse sql and history go to its warm session, and without it still work."""
+"""`lakehouse serve` as a user runs it: sql and history go to its Spark Connect server, runs to its session, and without it all still work."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import pytest
 
 from lakehouse.streaming.shared_tables import SHARED_TABLES
+from tests.conftest import free_port
 from tests.e2e.test_cli_commands import LAKEHOUSE, _end_offsets, environment, lakehouse
 
 
 NOTICE = "no lakehouse serve running"
-ANSWERED = "INFO lakehouse: answered "
+ANSWERED = " over Spark Connect in "   # lakehouse sql's and history's log line when they used lakehouse serve
 JVM = "starting a Spark session"     # what a process that starts Spark logs first
 
 # A materialization of one asset (of a range of its partitions, if days are given) as the UI makes one: a run
@@ -55,9 +55,10 @@ def test_serve_answers_sql_and_history_and_sees_tables_created_after_it_started(
     home = str(tmp_path / "home")
     env = {"LAKEHOUSE_HOME": home}
     out = open(tmp_path / "serve.out", "w")
-    server = subprocess.Popen([str(LAKEHOUSE), "serve"], env=environment(broker, **env), stdout=out, stderr=subprocess.STDOUT,
-                              start_new_session=True)
-    state = Path(home) / "sql-endpoint.json"
+    port = free_port()
+    server = subprocess.Popen([str(LAKEHOUSE), "serve", "--port", str(port)], env=environment(broker, **env), stdout=out,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    state = Path(home) / "serve.json"
     log = Path(home) / "logs" / "lakehouse.log"   # the endpoint's and every command's log
     try:
         deadline = time.monotonic() + 300
@@ -65,7 +66,8 @@ def test_serve_answers_sql_and_history_and_sees_tables_created_after_it_started(
             time.sleep(0.2)
         assert state.exists(), (tmp_path / "serve.out").read_text()[-3000:]
         assert json.loads(state.read_text())["pid"] == server.pid
-        second = lakehouse(broker, "serve", **env)
+        assert json.loads(state.read_text())["connect_port"] == port
+        second = lakehouse(broker, "serve", "--port", str(free_port()), **env)
         assert second.returncode == 2 and second.stderr.startswith(
             f"error: lakehouse serve is already running for this lake (pid {server.pid})"), second.stderr[-2000:]
 
@@ -97,7 +99,7 @@ def test_serve_answers_sql_and_history_and_sees_tables_created_after_it_started(
         assert history.stdout.splitlines()[2].split("|")[0].strip() == "0"
 
         for i, (args, sentence) in enumerate( [(("sql", "SELECT * FROM bronze_custmers"), "There is no table named bronze_custmers"),
-                               (("sql", "DELETE FROM bronze_customers"), "lakehouse sql is read-only"),
+                               (("sql", "DELETE FROM bronze_customers"), "This server is read-only and a DELETE statement"),
                                (("history", "gold_nothing"), "There is no table named gold_nothing")]):
             proc = lakehouse(broker, *args, **env)
             errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
