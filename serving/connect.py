@@ -16,7 +16,9 @@ def remote_session(endpoint: Endpoint) -> SparkSession:
 
     quiet_error_context_loggers()
     try:
-        return SparkSession.builder.remote(endpoint.url).getOrCreate()
+        session = SparkSession.builder.remote(endpoint.url).getOrCreate()
+        session.version   # the first call to the server: a server that does not answer fails here, in one sentence
+        return session
     except Exception as exc:  # noqa: BLE001 - gRPC's many errors: the server stopped or its port is not Spark's
         raise EndpointError(f"lakehouse serve (pid {endpoint.pid}) did not answer at {endpoint.url}: "
                             f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None

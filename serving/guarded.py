@@ -40,20 +40,27 @@ def guarded_session(settings: Settings, app_name: str, read_only: bool, conf: Ma
     return spark
 
 
-def keep_registered(spark: SparkSession, settings: Settings, stopping: threading.Event) -> None:
-    """Register the lake's tables by name now and every few seconds until `stopping` is set (tables created later)."""
-    from lakehouse.batch.catalog import register_tables
+def keep_registered(spark: SparkSession, settings: Settings, stopping: threading.Event,
+                    now: threading.Event | None = None) -> None:
+    """Register the lake's tables by name, again whenever the set of tables changes, until `stopping` is set.
 
-    names: list[str] = []
-    while True:
+    It looks every few seconds, or at once when `now` is set (a run step that may have created a table ended).
+    Only a change of that set registers anew: a round that finds the same tables costs one listing per table.
+    """
+    from lakehouse.batch.catalog import existing_tables, register_tables
+
+    now = now or threading.Event()
+    names: set[str] | None = None
+    while not stopping.is_set():
+        now.clear()
         try:
-            current = register_tables(spark, settings.lake_root)
+            current = {spec.name for spec in existing_tables(spark, settings.lake_root)}
+            if current != names:
+                register_tables(spark, settings.lake_root)
+                added = sorted(current - (names or set()))
+                if added:
+                    log.info("tables served by name: %s", ", ".join(added))
+                names = current
         except Exception as exc:  # noqa: BLE001 - a table being created right now; the next round sees it
             log.warning("could not register the lake's tables this round: %s", str(exc).splitlines()[0][:300])
-            current = names
-        added = sorted(set(current) - set(names))
-        if added:
-            log.info("tables served by name: %s", ", ".join(added))
-        names = current
-        if stopping.wait(REGISTER_EVERY_S):
-            return
+        now.wait(REGISTER_EVERY_S)

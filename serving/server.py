@@ -84,14 +84,13 @@ def serve(settings: Settings, port: int = DEFAULT_PORT) -> int:
     except Exception as exc:  # noqa: BLE001 - a client's first query is then the slow one, nothing else
         log.warning("could not warm Spark Connect up (%s)", str(exc).splitlines()[0][:300] if str(exc) else exc)
     log.info("warmed up in %.1f s", time.monotonic() - started)
-    threading.Thread(target=keep_registered, args=(spark, settings, stop), name="register-tables", daemon=True).start()
+    look_now = threading.Event()
+    threading.Thread(target=keep_registered, args=(spark, settings, stop, look_now), name="register-tables",
+                     daemon=True).start()
 
     def step(request: dict[str, Any], emit: Callable[[dict], None]) -> None:
         serve_step(spark, settings, request, emit)
-        try:   # a table the step created can be queried by name at once, not a few seconds later
-            register_tables(spark, settings.lake_root)
-        except Exception as exc:  # noqa: BLE001 - the registering loop tries again
-            log.warning("could not register the lake's tables after a run step: %s", str(exc).splitlines()[0][:300])
+        look_now.set()   # a table the step created can be queried by name at once, not a few seconds later
 
     server = ThreadingHTTPServer((HOST, 0), _handler(step))
     endpoint = Endpoint(os.getpid(), server.server_address[1], settings.lake_root, port)
@@ -113,6 +112,7 @@ def serve(settings: Settings, port: int = DEFAULT_PORT) -> int:
         while not stop.wait(0.5):
             pass
     finally:
+        look_now.set()   # the registering loop sees `stop` and ends
         server.shutdown()
         if running_endpoint(settings) == endpoint:
             path.unlink(missing_ok=True)

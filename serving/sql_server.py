@@ -198,11 +198,16 @@ def _serve(settings: Settings, host: str, port: int, read_only: bool) -> int:
     tmp.replace(path)   # readers never see half a file
     log.info("SQL server on %s (pid %d, %s) with %d tables: %s", state.jdbc_url, state.pid,
              "read-only" if read_only else "writable", len(names), ", ".join(names) or "none yet")
-    stopping = threading.Event()
+    stopping, wake = threading.Event(), threading.Event()
+
+    def on_signal(_signum, _frame) -> None:
+        stopping.set()
+        wake.set()   # the registering loop's wait ends at once
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda _s, _f: stopping.set())
+        signal.signal(signum, on_signal)
     try:
-        keep_registered(spark, settings, stopping)
+        keep_registered(spark, settings, stopping, wake)
     finally:
         log.info("SQL server stopping")
         server.stop()

@@ -111,3 +111,15 @@ def test_format_table_right_aligns_spark_decimals(spark):
     assert all(isinstance(price, Decimal) for (price,) in rows)
     lines = format_table(("price",), sorted(rows)).splitlines()
     assert lines[2:] == [" 1.50", "12.25"]
+
+
+def test_a_refusal_of_the_servers_guard_over_spark_connect_is_its_own_sentence():
+    """What a Spark Connect client receives for a refused write (as the server sends it) becomes the guard's sentence."""
+    from pyspark.errors.exceptions.connect import UnknownException
+
+    sentence = ("This server is read-only and a DELETE statement would change the lake; tables are written only by "
+                "their flows, backfills and maintenance commands.")
+    refused = UnknownException(message=f"(lakehouse.serving.ReadOnlyGuard$ReadOnlyViolation) {sentence}",
+                               errorClass="LAKEHOUSE_READ_ONLY", sql_state="42501")
+    assert explain_sql_error(refused, TABLES) == sentence
+    assert_one_plain_sentence(explain_sql_error(refused, TABLES))
