@@ -49,10 +49,18 @@ def jars_dir() -> str:
     return folder
 
 
+# The in-process session of the integration tests evaluates expressions without generating code: their
+# batches are tens of rows, where compiling each new plan's classes is most of a job's time (tests/integration
+# /test_gold.py: 143-145 s with code generation, 114 s without, 2026-11-29). Results do not depend on it. The
+# e2e tests (the demo, the CLI, Dagster, the stream drills) run `lakehouse` processes with the product's own
+# settings, so generated code stays tested on the whole pipeline.
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
 @pytest.fixture(scope="session")
 def spark(jars_dir: str, tmp_path_factory: pytest.TempPathFactory):
     home = tmp_path_factory.mktemp("spark-home")
-    settings = Settings(home=str(home), jars_dir=jars_dir, spark_shuffle_partitions=2)
+    settings = Settings(home=str(home), jars_dir=jars_dir, spark_shuffle_partitions=2, spark_conf=INTERPRETED)
     session = get_spark(settings, "lakehouse-tests")
     yield session
     session.stop()
