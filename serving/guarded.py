@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from dataclasses import replace
-from typing import Mapping
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING, Mapping
 
 from lakehouse.infra.settings import Settings
+
+if TYPE_CHECKING:   # the SQL server's start and status need no Spark in the command's own process
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("lakehouse")
 
 REGISTER_EVERY_S = 5.0  # how soon a table created by another process can be queried by name
+
+
+def answers(host: str, port: int) -> bool:
+    """Whether something accepts connections at host:port (a server of ours, or another program)."""
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def guarded_session(settings: Settings, app_name: str, read_only: bool, conf: Mapping[str, str]) -> SparkSession:

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,14 +29,6 @@ log = logging.getLogger("lakehouse")
 
 DEFAULT_PORT = 15002   # Spark Connect's own default: what clients and notebooks try first
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
-
-
-def _port_taken(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 WARM_CONNECT = """
@@ -64,13 +55,13 @@ def _warm_connect(url: str) -> None:
 def serve(settings: Settings, port: int = DEFAULT_PORT) -> int:
     """Start the Spark Connect server, warm it, serve until SIGTERM or Ctrl-C; 0 when stopped."""
     from lakehouse.batch.catalog import register_tables
-    from lakehouse.serving.guarded import guarded_session, keep_registered
+    from lakehouse.serving.guarded import answers, guarded_session, keep_registered
 
     other = running_endpoint(settings)
     if other is not None:
         raise EndpointError(f"lakehouse serve is already running for this lake (pid {other.pid}); "
                             f"stop it first (kill {other.pid}).")
-    if _port_taken(port):
+    if answers(HOST, port):
         raise EndpointError(f"port {port} on {HOST} is taken by another program; choose another with --port.")
     conf = {"spark.plugins": CONNECT_PLUGIN, "spark.connect.grpc.binding.address": HOST,
             "spark.connect.grpc.binding.port": str(port)}

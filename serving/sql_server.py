@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lakehouse.infra.settings import Settings
+from lakehouse.serving.guarded import answers
 
 log = logging.getLogger("lakehouse")
 
@@ -77,14 +77,6 @@ def running_server(settings: Settings) -> SqlServer | None:
     return server if _alive(server.pid) else None
 
 
-def _answers(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 def _last_error(log_path: Path) -> str:
     """The last line of the server's log that says what went wrong, for a start that failed."""
     try:
@@ -102,7 +94,7 @@ def start(settings: Settings, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
     if other is not None:
         raise SqlServerError(f"a SQL server is already running for this home on {other.host}:{other.port} "
                              f"(pid {other.pid}); `lakehouse sql-server stop` stops it.")
-    if _answers(host, port):
+    if answers(host, port):
         raise SqlServerError(f"port {port} on {host} is taken by another program; choose another with --port.")
     from lakehouse.serving.guard_jar import build_guard
 
@@ -124,7 +116,7 @@ def start(settings: Settings, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
             raise SqlServerError(f"the SQL server stopped while starting (exit {proc.returncode}): "
                                  f"{_last_error(log_path)} (log: {log_path}).")
         server = running_server(settings)
-        if server is not None and server.pid == proc.pid and _answers(host, port):
+        if server is not None and server.pid == proc.pid and answers(host, port):
             return server
         time.sleep(0.5)
     _stop_pid(proc.pid)
