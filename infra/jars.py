@@ -6,6 +6,7 @@ import hashlib
 import logging
 import shutil
 import subprocess
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -21,8 +22,18 @@ class JarsMissing(RuntimeError):
     """The jars folder is not filled yet."""
 
 
-def _manifest_digest() -> str:
-    return hashlib.sha256(POM.read_bytes()).hexdigest()
+_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+
+
+def _manifest_digest(name: str) -> str:
+    """A digest of what one classpath is resolved from: the shared properties and its own profile.
+
+    Per classpath, so that adding or changing one profile does not make `setup` resolve the others again.
+    """
+    root = ET.fromstring(POM.read_bytes())
+    parts = [root.find("m:properties", _NS)]
+    parts += [p for p in root.iterfind("m:profiles/m:profile", _NS) if p.findtext("m:id", namespaces=_NS) == name]
+    return hashlib.sha256(b"".join(ET.tostring(part) for part in parts if part is not None)).hexdigest()
 
 
 def classpath_dir(jars_dir: str | Path, name: str) -> Path:
@@ -31,7 +42,7 @@ def classpath_dir(jars_dir: str | Path, name: str) -> Path:
 
 def is_complete(jars_dir: str | Path, name: str) -> bool:
     stamp = classpath_dir(jars_dir, name) / _STAMP
-    return stamp.exists() and stamp.read_text().strip() == _manifest_digest()
+    return stamp.exists() and stamp.read_text().strip() == _manifest_digest(name)
 
 
 def fetch_jars(jars_dir: str | Path, *, maven_settings: str = "", force: bool = False) -> dict[str, int]:
@@ -58,7 +69,7 @@ def fetch_jars(jars_dir: str | Path, *, maven_settings: str = "", force: bool = 
         if proc.returncode != 0:
             errors = [line for line in proc.stdout.splitlines() if "[ERROR]" in line][:3]
             raise JarsMissing(f"Maven could not resolve the {name} jars: {' '.join(errors) or proc.stderr[-500:]}")
-        (target / _STAMP).write_text(_manifest_digest())
+        (target / _STAMP).write_text(_manifest_digest(name))
         counts[name] = len(list(target.glob("*.jar")))
         log.info("jars/%s: %d jars", name, counts[name])
     return counts

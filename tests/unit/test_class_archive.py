@@ -19,7 +19,7 @@ def jars(tmp_path: Path) -> Path:
     (folder / "spark").mkdir(parents=True)
     for name in ("delta-spark_2.13-4.4.1.jar", "spark-sql-kafka-0-10_2.13-4.2.0.jar"):
         (folder / "spark" / name).write_bytes(b"PK" + name.encode())
-    (folder / "spark" / jars_module._STAMP).write_text(jars_module._manifest_digest())   # as `lakehouse setup` leaves it
+    (folder / "spark" / jars_module._STAMP).write_text(jars_module._manifest_digest("spark"))   # as `lakehouse setup` leaves it
     return folder
 
 
