@@ -94,6 +94,7 @@ def stream_env(settings: Any, **extra: str) -> dict[str, str]:
         "LAKEHOUSE_HOME": settings.home, "LAKEHOUSE_JARS_DIR": settings.jars_dir,
         "LAKEHOUSE_KAFKA_PORT": str(settings.kafka_port),
         "LAKEHOUSE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
+        "LAKEHOUSE_KAFKA_NODES": str(settings.kafka_nodes),     # a cluster's bootstrap lists every node
         "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "2",
         "LAKEHOUSE_QUALITY": "false",
         "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "200",
@@ -329,6 +330,12 @@ def newest_batches(flows: Iterable[Any], lake_root: str) -> dict[str, float]:
         hop = covering(flow, ctx)
         newest = -1.0
         for checkpoint in (flow.checkpoint(ctx), *([hop[0]] if hop else [])):
+            if "://" in checkpoint:     # a lake on an object store: listed as `lakehouse status` lists it
+                from lakehouse.streaming.health import _listing
+
+                found = _listing(f"{checkpoint.rstrip('/')}/commits")
+                newest = max([newest, *(i.mtime.timestamp() for i in found if i.base_name.isdigit() and i.mtime)])
+                continue
             try:
                 with os.scandir(Path(checkpoint) / "commits") as entries:
                     newest = max([newest, *(e.stat().st_mtime for e in entries if e.name.isdigit())])
@@ -459,7 +466,7 @@ def check_lake(spark: Any, env: dict[str, str], flows: Sequence[Any], producer: 
 
     from lakehouse.batch.verify import verify_flow
     from lakehouse.orchestration.resources import build_resources
-    from lakehouse.schemas import tables, topics
+    from lakehouse.schemas import tables
     from lakehouse.schemas.topics import TopicSpec
 
     settings = dc.replace(stream_settings(env), quality=False)
@@ -559,6 +566,8 @@ class Event:
     down_s: float = 0.0               # broker loss: seconds without a broker (kill to ready again)
     stream: str = ""                  # crash: how the killed stream ran its flows (QUERY_PER_FLOW or QUERY_PER_TOPIC)
     recovered_s: float | None = None  # until the stream committed a batch again (after the restart)
+    acked_while_down: int = 0         # broker loss: records acknowledged while the broker was away
+    committed_while_down: list[str] = field(default_factory=list)   # broker loss: Kafka flows that committed meanwhile
 
 
 @dataclass
@@ -615,6 +624,8 @@ class DrillReport:
                 lines.append(f"  loss {e.n}: at {e.at_s:.0f} s, {e.delay_s:.1f} s after a commit, broker away "
                              f"{e.down_s:.1f} s, stream committed again {e.recovered_s:.1f} s after the broker was back"
                              if e.recovered_s is not None else f"  loss {e.n}: at {e.at_s:.0f} s, broker away {e.down_s:.1f} s")
+                lines.append(f"    while it was away: {e.acked_while_down:,} records acknowledged, Kafka flows that "
+                             f"committed: {', '.join(e.committed_while_down) or 'none'}")
             lines.append(f"stream's own restarts of failed queries: {self.stream_restarts} "
                          f"(broker watchdog stops: {self.watchdog_stops})")
         lines.append(f"records produced: sent {self.sent:,}, acknowledged {self.acked:,} ({self.acked_streamed:,} of them "
@@ -783,19 +794,30 @@ def run_broker_loss(settings: Any, *, losses: int = 3, down_s: Sequence[float] =
                     workdir: Path, rate: float | None = None, settle_s: float = 20.0,
                     commit_timeout_s: float = 600, catch_up_s: float = 900,
                     extra_env: dict[str, str] | None = None,
-                    verify_layers: Sequence[str] = ("silver", "gold")) -> DrillReport:
+                    verify_layers: Sequence[str] = ("silver", "gold"), node: Any = None,
+                    warm_up_rate: float | None = None, commit_while_down: bool = False) -> DrillReport:
     """Kill -9 the broker `losses` times mid-stream while producing, start it again after `down_s` (cycled);
-    the stream must resume by itself; then check the lake. The broker is running again at the end."""
+    the stream must resume by itself; then check the lake. The broker is running again at the end.
+
+    `node` (an infra.kafka_broker.KafkaNode) is the broker to kill: by default the settings' one node; one node of
+    a cluster (infra.kafka_cluster), and the others carry producing and the stream meanwhile. With `warm_up_rate`,
+    the producer sends at that rate until the stream's first commit and at `rate` from then on, so that a slow
+    start (minutes on a loaded machine) does not see most events sent before the first loss. With
+    `commit_while_down` (a cluster), the broker stays away at least `down_s` and until a Kafka flow has committed
+    a batch without it (up to `commit_timeout_s`).
+    """
     from lakehouse.infra.kafka_broker import BrokerError, local_node
     from lakehouse.schemas.topics import TopicSpec
 
     rng = random.Random(seed)
     env = stream_env(settings, **(extra_env or {}))
     flows = _flows(tables)
-    node = local_node(settings)
+    kafka_flows = [f for f in flows if isinstance(f.source, TopicSpec)]
+    node = node or local_node(settings)
     report = DrillReport("broker-loss", list(tables), [f.name for f in flows])
     stream = StreamProcess(env, tables, Path(workdir) / "stream.log")
-    producer = SteadyProducer(settings.kafka_bootstrap, total=events, rate=rate or events / (losses * 90.0 + 30),
+    steady = rate or events / (losses * 90.0 + 30)
+    producer = SteadyProducer(settings.kafka_bootstrap, total=events, rate=warm_up_rate or steady,
                               seed=seed, start=events_start(events), mix=drill_mix())
     t0 = time.monotonic()
     try:
@@ -806,6 +828,8 @@ def run_broker_loss(settings: Any, *, losses: int = 3, down_s: Sequence[float] =
         for n in range(1, losses + 1):
             after = wait_for_commit(stream, flows, settings.lake_root, before, commit_timeout_s,
                                     f"a batch before loss {n}")
+            if n == 1 and warm_up_rate:
+                producer.rate = steady
             delay = rng.uniform(settle_s / 2, settle_s)
             sleep_alive(stream, delay, f"before broker loss {n}")
             pid = node.read_pid()
@@ -817,9 +841,16 @@ def run_broker_loss(settings: Any, *, losses: int = 3, down_s: Sequence[float] =
             while _pid_alive(pid):
                 time.sleep(0.05)
             away = down_s[(n - 1) % len(down_s)]
-            say(f"loss {n}/{losses}: SIGKILL to the broker (pid {pid}); {event.acked:,} records acknowledged so far; "
-                f"starting it again in {away:.0f} s")
+            say(f"loss {n}/{losses}: SIGKILL to the broker {node.bootstrap} (pid {pid}); {event.acked:,} records "
+                f"acknowledged so far; starting it again in {away:.0f} s")
+            at_loss = newest_batches(kafka_flows, settings.lake_root)
             sleep_alive(stream, away, f"while the broker was away (loss {n})")
+            if commit_while_down:
+                wait_for_commit(stream, kafka_flows, settings.lake_root, at_loss, commit_timeout_s,
+                                f"a batch of a Kafka flow while the broker was away (loss {n})")
+            event.acked_while_down = len(producer.acked) - event.acked
+            moved = newest_batches(kafka_flows, settings.lake_root)
+            event.committed_while_down = [f for f in moved if moved[f] > at_loss.get(f, -1)]
             new_pid = node.start(settings.jars_dir)
             event.down_s = time.monotonic() - lost_at
             report.restarts += 1
@@ -828,7 +859,6 @@ def run_broker_loss(settings: Any, *, losses: int = 3, down_s: Sequence[float] =
             back = time.monotonic()
             before = newest_batches(flows, settings.lake_root)
             # Kafka flows must move again (not only the Delta flows downstream, which never lost anything).
-            kafka_flows = [f for f in flows if isinstance(f.source, TopicSpec)]
             wait_for_commit(stream, kafka_flows, settings.lake_root, before, commit_timeout_s, f"a batch after loss {n}")
             event.recovered_s = time.monotonic() - back
             before = newest_batches(flows, settings.lake_root)

@@ -15,6 +15,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lakehouse.infra.profiles import PROFILES
 from lakehouse.infra.settings import HOST, Settings, SettingsError
 
 log = logging.getLogger("lakehouse")
@@ -88,15 +89,35 @@ def _set_up_extras(settings: Settings) -> None:
 
 
 def cmd_kafka(settings: Settings, args: argparse.Namespace) -> int:
-    from lakehouse.infra.kafka_broker import local_node
+    from lakehouse.infra.kafka_broker import BrokerError, local_node
+    from lakehouse.infra.kafka_cluster import cluster_status, recorded_cluster
 
     node = local_node(settings)
+    nodes = args.nodes or settings.kafka_nodes
+    recorded = recorded_cluster(settings)
     if args.action == "start":
+        if nodes > 1:
+            return _start_kafka_cluster(settings, nodes)
+        if recorded is not None and (running := recorded.running()):
+            raise BrokerError(f"A Kafka cluster of {len(recorded.nodes)} nodes is running in this home (pids "
+                              f"{', '.join(map(str, running.values()))}); stop it with `lakehouse kafka stop` first.")
         pid = node.start(settings.jars_dir)
         print(f"Kafka is running on {node.bootstrap} (pid {pid}); data in {node.data_dir}, logs in {node.logs_dir}.")
     elif args.action == "stop":
+        stopped = recorded.stop() if recorded is not None else {}
+        for node_id, pid in stopped.items():
+            print(f"Stopped Kafka node {node_id} (pid {pid}).")
         pid = node.stop()
-        print(f"Stopped Kafka (pid {pid})." if pid else "Kafka is not running.")
+        if pid or not stopped:
+            print(f"Stopped Kafka (pid {pid})." if pid else "Kafka is not running.")
+    elif recorded is not None and (nodes > 1 or recorded.running()):
+        status = cluster_status(recorded, settings.jars_dir)
+        print(status.text())
+        return 0 if status.healthy else 1
+    elif nodes > 1:
+        print(f"The Kafka cluster is not running (its {nodes} nodes would listen on "
+              f"{', '.join(f'{settings.kafka_host}:{p}' for p, _ in settings.kafka_node_ports(nodes))}).")
+        return 1
     else:
         pid = node.read_pid()
         if not pid:
@@ -106,6 +127,39 @@ def cmd_kafka(settings: Settings, args: argparse.Namespace) -> int:
 
         names = sorted(t for t in admin_client(node.bootstrap).list_topics(timeout=5).topics if not t.startswith("__"))
         print(f"Kafka is running on {node.bootstrap} (pid {pid}); topics: {', '.join(names) or 'none'}.")
+    return 0
+
+
+def _start_kafka_cluster(settings: Settings, nodes: int) -> int:
+    """`kafka start --nodes N`: N combined broker/controller nodes; the output says how to reach them all."""
+    from lakehouse.infra.kafka_broker import BrokerError, local_node
+    from lakehouse.infra.kafka_cluster import cluster_of
+
+    cluster = cluster_of(settings, nodes)
+    rf = settings.kafka_replication_factor
+    addresses = {n.bootstrap for n in cluster.nodes}
+    if rf > nodes and addresses & set(settings.kafka_bootstrap.split(",")):
+        raise SettingsError(f"LAKEHOUSE_KAFKA_REPLICATION_FACTOR={rf} needs at least {rf} brokers but --nodes {nodes} "
+                            f"starts {nodes}; start {rf} nodes, or set the factor to {nodes} or less (0 follows the cluster).")
+    if (pid := local_node(settings).read_pid()) is not None:
+        raise BrokerError(f"The one-node Kafka of this home is running (pid {pid}); stop it with `lakehouse kafka stop` "
+                          f"before starting {nodes} nodes.")
+    cluster.layout()   # a cluster formatted with other ports is refused before anything starts
+    if down := len(cluster.nodes) - len(cluster.running()):
+        print(f"starting {down} of {nodes} Kafka nodes (each a broker and a KRaft controller) in {cluster.directory}",
+              flush=True)
+    started = cluster.start(settings.jars_dir)
+    for node in cluster.nodes:
+        pid = started.get(node.node_id) or node.read_pid()
+        print(f"  node {node.node_id}: {node.bootstrap} (controller {node.host}:{node.controller_port}), pid {pid}"
+              + ("" if node.node_id in started else ", already running"))
+    print(f"Kafka cluster of {nodes} nodes is running; bootstrap {cluster.bootstrap}. `lakehouse kafka status` shows "
+          "the quorum and under-replicated partitions.")
+    if nodes == 2:
+        print("note: two controllers tolerate no loss (a majority of two is two); three tolerate one.")
+    if settings.kafka_bootstrap != cluster.bootstrap:
+        print(f"note: the other commands use LAKEHOUSE_KAFKA_BOOTSTRAP={settings.kafka_bootstrap}; set "
+              f"LAKEHOUSE_KAFKA_NODES={nodes} so that they reach every node and keep reading when one is down.")
     return 0
 
 
@@ -338,6 +392,10 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.serving.sql import format_table
 
+    if args.profile:
+        settings = Settings.from_env(profile=args.profile)
+        print(f"Settings under profile {args.profile}" + "".join(
+            f"; {name}={value}" for name, value in PROFILES[args.profile].items()) + ".")
     rows = [(env, settings.shown(env.removeprefix("LAKEHOUSE_").lower()), meaning) for env, _, meaning in Settings.describe()]
     from lakehouse.schemas.pipeline import active_pipeline
 
@@ -349,9 +407,21 @@ def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
+    from lakehouse.infra.services import check_services
     from lakehouse.orchestration.maintenance import doctor_findings
     from lakehouse.serving.sql import format_table
 
+    services = check_services(settings)
+    print(f"Services of profile {settings.profile}:")
+    print(format_table(("service", "address", "answer"), [(v.name, v.address, v.answer) for v in services]))
+    down = [v for v in services if v.failed]
+    if down:
+        for v in down:
+            print(f"- {v.problem}")
+        print(f"{len(down)} service{'s' if len(down) != 1 else ''} of profile {settings.profile} "
+              f"{'do' if len(down) != 1 else 'does'} not answer; the retention checks need them.")
+        return 1
+    print()
     findings = doctor_findings(settings)
     shown = [f for f in findings if args.all or f.status != "absent"]
     print(format_table(("kind", "name", "setting", "live", "needed", "status"),
@@ -441,9 +511,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="fetch again even if the folders are complete, and build the class archive again")
     p.set_defaults(fn=cmd_setup)
 
-    p = sub.add_parser("kafka", help="start, stop or check the embedded Kafka broker (KRaft, one node)",
-                       description="The broker keeps its data, logs and PID file in <home>/kafka. Storage is formatted on first start.")
+    p = sub.add_parser("kafka", help="start, stop or check the embedded Kafka (KRaft: one node, or a cluster of --nodes)",
+                       description="One node keeps its data, logs and PID file in <home>/kafka. With --nodes 3 (or "
+                                   "LAKEHOUSE_KAFKA_NODES=3) three nodes, each a broker and a KRaft controller with one "
+                                   "cluster id, keep theirs in <home>/kafka-cluster/node-<id>; node i listens on "
+                                   "LAKEHOUSE_KAFKA_PORT + 2(i-1) and LAKEHOUSE_KAFKA_CONTROLLER_PORT + 2(i-1). Storage "
+                                   "is formatted on first start. `stop` stops every node by its PID; `status` shows each "
+                                   "node, the controller quorum and under-replicated partitions (exit 1 unless all is well).")
     p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument("--nodes", type=_integer(1, 9), default=None,
+                   help="nodes to start (default LAKEHOUSE_KAFKA_NODES, 1); a start with some nodes down starts those")
     p.set_defaults(fn=cmd_kafka)
 
     p = sub.add_parser("topics", help="create the topics from their specs and report drift of existing ones",
@@ -542,12 +619,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("settings", help="list every LAKEHOUSE_* setting, its value now and what it means",
                        description="Every setting is read once from a LAKEHOUSE_* environment variable; this prints each "
-                                   "one with the value in force now and what it controls.")
+                                   "one with the value in force now and what it controls. A profile "
+                                   "(LAKEHOUSE_PROFILE: local, the default, or cluster) gives the defaults of one kind "
+                                   "of set-up; a variable that is set wins over it.")
+    p.add_argument("--profile", choices=sorted(PROFILES),
+                   help="show the values under this profile instead of LAKEHOUSE_PROFILE's (variables that are set "
+                        "still win)")
     p.set_defaults(fn=cmd_settings)
 
     p = sub.add_parser(
-        "doctor", help="check that every topic and table keeps at least the replay window (exit 1 if not)",
-        description="One retention policy follows from LAKEHOUSE_REPLAY_WINDOW (default 7 days): topics keep "
+        "doctor", help="check that the profile's services answer and that every topic and table keeps at least the "
+                       "replay window (exit 1 if not)",
+        description="First asks each service the settings point at (LAKEHOUSE_PROFILE's, or the variables') whether it "
+                    "answers: Kafka and its live brokers, the Spark master and its workers (a local master has none), and "
+                    "the lake's S3 bucket. Then, "
+                    "one retention policy follows from LAKEHOUSE_REPLAY_WINDOW (default 7 days): topics keep "
                     "records (retention.ms, and no retention.bytes limit), and Delta tables keep removed files "
                     "(delta.deletedFileRetentionDuration, what VACUUM obeys) and their log "
                     "(delta.logRetentionDuration: time travel, where a stopped stream resumes) at least that long. "
@@ -565,6 +651,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_batch_commands(sub)
     add_quality_commands(sub)
     add_stream_commands(sub)
+
+    from lakehouse.cli.cluster import add_cluster_commands
+
+    add_cluster_commands(sub)
+
+    from lakehouse.cli.s3 import add_s3_commands
+
+    add_s3_commands(sub)
     return parser
 
 

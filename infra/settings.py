@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from lakehouse.infra.retention import MIN_WINDOW_MS, duration_ms
+from lakehouse.infra.profiles import PROFILES
 
 PREFIX = "LAKEHOUSE_"
 
@@ -157,6 +158,9 @@ SPARK_CONF = Rule("write it as key=value;key=value with spark.* keys", _parse_co
 REPLAY_WINDOW = Rule(
     'use a Spark interval of at least 1 hour such as "7 days" or "1 day 12 hours"',
     check=lambda v: DURATION.check(v) and duration_ms(v) >= MIN_WINDOW_MS)
+S3_ENDPOINT = _matching(rf"(?:https?://(?:{_HOST})(?::{_PORT})?/?)?",
+                        "use http(s)://host[:port], e.g. http://127.0.0.1:9000, or nothing for AWS S3")
+S3_REGION = _matching(r"(?:[a-z0-9][a-z0-9-]*)?", "use a region name such as us-east-1, or nothing")
 CRON = _matching(r"[\w*/,?#LW-]+(?: [\w*/,?#LW-]+){4}",
                  'use a five-field cron expression such as "0 3 * * *" (minute hour day month weekday, UTC)')
 
@@ -175,7 +179,7 @@ _DERIVED = {
     "dagster_home": "<home>/dagster",
     "log_dir": "<home>/logs",
     "quality_dir": "<home>/quality",
-    "kafka_bootstrap": "<kafka_host>:<kafka_port>",
+    "kafka_bootstrap": "<kafka_host>:<kafka_port> of every node",
     "maven_settings": "infra/maven/settings.xml",
 }
 
@@ -216,6 +220,11 @@ def _check(f: dataclasses.Field, value: Any) -> None:
 class Settings:
     """Every address, path and size the lakehouse uses; defaults run everything on one machine."""
 
+    profile: str = _setting(
+        "local", "The set-up the other defaults are for: local (one machine: local Spark, one Kafka node, a lake "
+        "folder) or cluster (a Spark standalone master, three Kafka nodes, a lake on an S3 endpoint; "
+        "`lakehouse settings --profile cluster` lists its values). A variable that is set wins over its profile.",
+        Rule("use local or cluster", check=lambda v: v in PROFILES))
     pipeline: str = _setting(
         "lakehouse.pipelines.shop", "The pipeline package the engine runs: a module path, installed or on "
         "PYTHONPATH, whose PIPELINE declares its sources, gold tables and parameters (the shop by default).",
@@ -233,7 +242,13 @@ class Settings:
     kafka_controller_port: int = _setting(9093, "KRaft controller port of the embedded broker.", PORT)
     kafka_heap: str = _setting("512m", "JVM heap of the embedded broker.", MEMORY)
     kafka_replication_factor: int = _setting(
-        1, "Replication factor for new topics (3 on a three-broker cluster).", _integer(1, 32767))
+        0, "Replication factor for new topics; 0 follows the cluster (its default.replication.factor: 3 with "
+        "min.insync.replicas 2 on the embedded three-node Kafka, 1 on one node).",
+        _integer(0, 32767, " (follow the cluster)"))
+    kafka_nodes: int = _setting(
+        1, "Nodes of the embedded Kafka, each a broker and a KRaft controller (3 survive the loss of one). Node i "
+        "listens on LAKEHOUSE_KAFKA_PORT + 2(i-1) and LAKEHOUSE_KAFKA_CONTROLLER_PORT + 2(i-1); the default "
+        "bootstrap lists every node.", _integer(1, 9))
     kafka_fetch_max_wait_ms: int = _setting(
         10, "How long the broker may hold a Spark read's fetch that finds no more records (Kafka's "
         "fetch.max.wait.ms, 500 by default). Spark reads known offset ranges, and each read task ended with one "
@@ -253,6 +268,17 @@ class Settings:
     spark_ui: bool = _setting(False, "Start the Spark web UI (port 4040) with each session.", BOOLEAN)
     spark_conf: Mapping[str, str] = _setting(
         dict, "Extra Spark settings, key=value;key=value (e.g. spark.hadoop.fs.s3a.endpoint=...).", SPARK_CONF)
+    # A lake on an s3a:// URI (AWS S3 or an S3-compatible store). The keys come only from AWS_ACCESS_KEY_ID and
+    # AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) in the environment, never from a setting.
+    s3_endpoint: str = _setting(
+        "", "S3 endpoint of an s3a:// lake: empty for AWS S3 (found from the region), or the URL of an S3-compatible "
+        "store such as http://127.0.0.1:9000 (`lakehouse s3 start` serves one for tests).", S3_ENDPOINT)
+    s3_region: str = _setting(
+        "", "Region of the lake's bucket (e.g. eu-west-1); empty lets S3A find it (us-east-1 for an S3-compatible "
+        "store when an endpoint is set).", S3_REGION)
+    s3_path_style: bool = _setting(
+        False, "Address the bucket in the URL's path (http://host/bucket/key) instead of its host name: what most "
+        "S3-compatible stores need.", BOOLEAN)
 
     max_offsets_per_trigger: int = _setting(
         500_000, "Cap on Kafka records per micro-batch, so a backlog of any size is caught up in bounded "
@@ -332,7 +358,7 @@ class Settings:
             "dagster_home": f"{home}/dagster",
             "log_dir": f"{home}/logs",
             "quality_dir": f"{home}/quality",
-            "kafka_bootstrap": f"{self.kafka_host}:{self.kafka_port}",
+            "kafka_bootstrap": ",".join(f"{self.kafka_host}:{self.kafka_port + 2 * i}" for i in range(self.kafka_nodes)),
         }
         unset = {name for name in defaults if not getattr(self, name)}
         # Check what was given before deriving the rest, so a bad port is named as such, not as a bad bootstrap.
@@ -345,11 +371,16 @@ class Settings:
             raise SettingsError(
                 f"{PREFIX}KAFKA_PORT and {PREFIX}KAFKA_CONTROLLER_PORT are both {self.kafka_port}; give them different ports."
             )
+        self.kafka_node_ports()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
-        """Read every `LAKEHOUSE_<NAME>` variable; explicit overrides win."""
+        """Read every `LAKEHOUSE_<NAME>` variable over its profile's values; explicit overrides win."""
         env = os.environ if environ is None else environ
+        profile = (overrides.get("profile") or env.get(_variable("profile")) or "local").strip()
+        if profile not in PROFILES:
+            raise SettingsError(f"{_variable('profile')}={profile!r} is not valid; use {' or '.join(PROFILES)}.")
+        env = {**PROFILES[profile], **{k: v for k, v in env.items() if v != ""}, _variable("profile"): profile}
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             raw = env.get(_variable(f.name))
@@ -382,6 +413,26 @@ class Settings:
     def kafka_dir(self) -> str:
         return f"{self.home}/kafka"
 
+    def kafka_node_ports(self, nodes: int | None = None) -> list[tuple[int, int]]:
+        """(client, controller) port of each embedded Kafka node: node i's are the base ports + 2(i-1).
+
+        A stride of 2 keeps the default pair (9092, 9093) contiguous: 9092-9097 for three nodes.
+        """
+        count = nodes or self.kafka_nodes
+        pairs = [(self.kafka_port + 2 * i, self.kafka_controller_port + 2 * i) for i in range(count)]
+        ports = [port for pair in pairs for port in pair]
+        if max(ports) > 65535:
+            raise SettingsError(
+                f"With {count} Kafka nodes, node {count} would need port {max(ports)}, above 65535; lower "
+                f"{PREFIX}KAFKA_PORT and {PREFIX}KAFKA_CONTROLLER_PORT.")
+        clash = next((port for port in ports if ports.count(port) > 1), None)
+        if clash is not None:
+            raise SettingsError(
+                f"With {count} Kafka nodes, node i listens on {PREFIX}KAFKA_PORT + 2(i-1) and "
+                f"{PREFIX}KAFKA_CONTROLLER_PORT + 2(i-1), so port {clash} would be two nodes' port; make the two "
+                "settings differ by an odd number (e.g. 9092 and 9093).")
+        return pairs
+
     @classmethod
     def describe(cls) -> list[tuple[str, str, str]]:
         """(environment variable, default, meaning) for every setting: for --help and the README."""
@@ -389,6 +440,8 @@ class Settings:
         for f in dataclasses.fields(cls):
             if f.name in _DERIVED:
                 default = _DERIVED[f.name]
+            elif f.default == "":
+                default = "(none)"
             elif f.default is not dataclasses.MISSING:
                 default = str(f.default)
             elif f.name == "home":

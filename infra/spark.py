@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import sys
 import time
 from pathlib import Path
 
@@ -26,7 +28,7 @@ def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str
         "spark.master": settings.spark_master,
         "spark.app.name": app_name,
         # Jars come from the folder Maven filled; a session never resolves packages at start.
-        "spark.jars": ",".join(jar_paths(settings.jars_dir, "spark")),
+        "spark.jars": ",".join(project_jars(settings)),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
@@ -95,8 +97,90 @@ def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str
         # The replay window (LAKEHOUSE_REPLAY_WINDOW) as every new table's deleted-file and log retention:
         # set at creation, because a later ALTER is a metadata commit that stops the table's readers.
         **table_defaults(settings.replay_window),
+        **s3_conf(settings),
+        **cluster_conf(settings),
     }
     conf.update(settings.spark_conf)
+    return conf
+
+
+# ---------------------------------------------------------------- a lake on S3 (s3a://)
+
+S3_CREDENTIALS = "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
+
+
+def s3_lake(settings: Settings) -> bool:
+    """Whether the lake, and so every checkpoint under it, is on S3 through Hadoop's S3A connector."""
+    return settings.lake_root.startswith("s3a://")
+
+
+def project_jars(settings: Settings) -> list[str]:
+    """The jars a session adds to pyspark's: Delta and the Kafka connector, and S3A for a lake on S3.
+
+    S3A only then, so that a local lake's JVM loads nothing more than before.
+    """
+    jars = jar_paths(settings.jars_dir, "spark")
+    return jars + jar_paths(settings.jars_dir, "s3") if s3_lake(settings) else jars
+
+
+def s3_conf(settings: Settings) -> dict[str, str]:
+    """S3A's settings for the lake's bucket, from LAKEHOUSE_S3_*; none for a lake elsewhere."""
+    if not s3_lake(settings):
+        return {}
+    conf = {
+        # Also on the driver's own class path: Hadoop resolves s3a:// with the loader of the thread that asks, and
+        # a flow's thread (a catch-up runs several at once) does not see spark.jars' loader ("Class
+        # org.apache.hadoop.fs.s3a.S3AFileSystem not found"). spark.jars still ships them to a cluster's executors.
+        "spark.driver.extraClassPath": os.pathsep.join(jar_paths(settings.jars_dir, "s3")),
+        # Keys only from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (/ AWS_SESSION_TOKEN): never a setting, never logged.
+        "spark.hadoop.fs.s3a.aws.credentials.provider": S3_CREDENTIALS,
+        "spark.hadoop.fs.s3a.path.style.access": str(settings.s3_path_style).lower(),
+    }
+    if settings.s3_endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = settings.s3_endpoint
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(settings.s3_endpoint.startswith("https:")).lower()
+    # A store of its own has no AWS region to find; the SDK still signs requests with one.
+    region = settings.s3_region or ("us-east-1" if settings.s3_endpoint else "")
+    if region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = region
+    return conf
+
+
+# ---------------------------------------------------------------- a standalone cluster (spark://)
+
+EXECUTOR_MEMORY = "1g"
+LOOPBACK = re.compile(r"(?:127\.\d+\.\d+\.\d+|localhost|\[::1\])(?::\d+)?")
+
+
+def standalone_master(settings: Settings) -> bool:
+    """Whether the master is a Spark standalone cluster's (spark://host:port[,host:port]), not local."""
+    return settings.spark_master.startswith("spark://")
+
+
+def cluster_conf(settings: Settings) -> dict[str, str]:
+    """What a session on a standalone cluster needs beyond a local one's; none for any other master."""
+    if not standalone_master(settings):
+        return {}
+    conf = {
+        # Executors run the driver's own Python (this venv, with the lakehouse and pipeline packages installed),
+        # not whatever python3 a worker finds on its PATH.
+        "spark.pyspark.python": sys.executable,
+        # Spark's default, said here: a worker of `lakehouse spark-cluster start` offers 2g, room for the executors
+        # of two applications at once (a stream and `lakehouse serve`); more through LAKEHOUSE_SPARK_CONF.
+        "spark.executor.memory": EXECUTOR_MEMORY,
+        # Executors now read Kafka: the same collector and cap on cached direct buffers as the driver's (above).
+        "spark.executor.extraJavaOptions": (
+            f"-Djdk.nio.maxCachedBufferSize={NIO_MAX_CACHED_BUFFER} {settings.spark_java_options}"
+        ),
+    }
+    # A pipeline package found through PYTHONPATH (not installed) must be importable by executors' Python too.
+    if os.environ.get("PYTHONPATH"):
+        conf["spark.executorEnv.PYTHONPATH"] = os.environ["PYTHONPATH"]
+    hosts = settings.spark_master.removeprefix("spark://").split(",")
+    if all(LOOPBACK.fullmatch(host) for host in hosts):
+        # A cluster on this machine's loopback reaches the driver there, whatever SPARK_LOCAL_IP says.
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
     return conf
 
 

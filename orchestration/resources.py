@@ -26,6 +26,11 @@ class SparkResource(dg.ConfigurableResource):
     ui: bool = False
     extra_conf: dict[str, str] = {}     # never a secret: resource config shows in the Dagster UI
     replay_window: str = "7 days"       # new tables keep removed files and their log this long
+    # A lake on s3a:// gets the S3 jars and S3A's settings for its bucket (infra/spark.py); never keys.
+    lake_root: str = ""
+    s3_endpoint: str = ""
+    s3_region: str = ""
+    s3_path_style: bool = False
 
     def settings(self) -> Settings:
         """The settings a run's own Spark session starts with: the same Spark configuration as the CLI's."""
@@ -35,7 +40,8 @@ class SparkResource(dg.ConfigurableResource):
             home=self.home, jars_dir=self.jars_dir, log_dir=self.log_dir, spark_master=self.master,
             spark_driver_memory=self.driver_memory, spark_shuffle_partitions=self.shuffle_partitions,
             spark_ui=self.ui, spark_conf={**secrets, **self.extra_conf}, replay_window=self.replay_window,
-            spark_java_options=self.java_options, spark_class_archive=self.class_archive,
+            spark_java_options=self.java_options, spark_class_archive=self.class_archive, lake_root=self.lake_root,
+            s3_endpoint=self.s3_endpoint, s3_region=self.s3_region, s3_path_style=self.s3_path_style,
         )
 
     def session(self) -> SparkSession:
@@ -102,7 +108,8 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
             jars_dir=settings.jars_dir, log_dir=settings.log_dir, ui=settings.spark_ui,
             extra_conf={k: v for k, v in settings.spark_conf.items() if not is_secret(k)},
             replay_window=settings.replay_window, java_options=settings.spark_java_options,
-            class_archive=settings.spark_class_archive,
+            class_archive=settings.spark_class_archive, lake_root=settings.lake_root,
+            s3_endpoint=settings.s3_endpoint, s3_region=settings.s3_region, s3_path_style=settings.s3_path_style,
         ),
         "kafka": KafkaResource(
             bootstrap_servers=settings.kafka_bootstrap, replication_factor=settings.kafka_replication_factor,

@@ -30,11 +30,10 @@ def answers(host: str, port: int) -> bool:
 
 def guarded_session(settings: Settings, app_name: str, read_only: bool, conf: Mapping[str, str]) -> SparkSession:
     """Start the server's Spark with the guard; its own session may write (flows, registering tables), clients' may not."""
-    from lakehouse.infra.jars import jar_paths
-    from lakehouse.infra.spark import get_spark
+    from lakehouse.infra.spark import get_spark, project_jars
     from lakehouse.serving.guard_jar import EXTENSION, OWNER, SETTING, build_guard, owner_token
 
-    jars = [*jar_paths(settings.jars_dir, "spark"), str(build_guard(settings.jars_dir))]
+    jars = [*project_jars(settings), str(build_guard(settings.jars_dir))]
     full = {
         "spark.jars": ",".join(jars),
         # A client's session is built in a server thread (Thrift's, Spark Connect's), which sees the JVM's class

@@ -165,10 +165,18 @@ def changed(spark: SparkSession, flow: "Flow", ctx: "FlowContext") -> list[str]:
 
 
 def changed_on_disk(flow: "Flow", ctx: "FlowContext") -> list[str] | None:
-    """`changed` without Spark, for a lake on local disk (`lakehouse status`); None for an object-store lake."""
+    """`changed` without Spark (`lakehouse status`), on local disk or an object store; None when it cannot be read."""
     path = definition_path(flow, ctx)
     if "://" in path and not path.startswith("file://"):
-        return None
+        from lakehouse.streaming.health import _read   # pyarrow's client, as status reads the checkpoints
+
+        try:
+            text = _read(path)
+        except FileNotFoundError:
+            return []
+        except OSError:
+            return None
+        return changes(json.loads(text or "null") or {}, definition(flow, ctx))
     local = Path(path.removeprefix("file://"))
     if not local.exists():
         return []

@@ -10,6 +10,7 @@ from typing import Iterable
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
+from lakehouse.infra.settings import SettingsError
 from lakehouse.schemas.topics import TopicSpec
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,25 @@ class KafkaUnreachable(RuntimeError):
 
 class TopicsMissing(RuntimeError):
     """Records were to be sent to topics the broker does not have."""
+
+
+class ReplicationImpossible(SettingsError):
+    """New topics ask for more replicas than the cluster has brokers; the message says how to fix it."""
+
+
+# librdkafka's "no value": the broker's default.replication.factor (3 on the embedded three-node cluster).
+CLUSTER_DEFAULT = -1
+
+
+def topic_replication(replication_factor: int) -> tuple[int, dict[str, str]]:
+    """NewTopic's replication factor and the configs that go with it: 0 or less follows the cluster.
+
+    A factor that is given comes with its min.insync.replicas (2 from RF 3 on, else 1): a topic-level value, so
+    that RF 1 on a cluster whose default min ISR is 2 still accepts acks=all writes.
+    """
+    if replication_factor <= 0:
+        return CLUSTER_DEFAULT, {}
+    return replication_factor, {"min.insync.replicas": "2" if replication_factor >= 3 else "1"}
 
 
 def check_topics_exist(admin: AdminClient, bootstrap: str, names: Iterable[str]) -> None:
@@ -67,14 +87,15 @@ def admin_client(bootstrap: str, timeout_s: float = 10) -> AdminClient:
 
 
 def _create_missing(admin: AdminClient, specs: list[TopicSpec], replication_factor: int,
-                    replay_window_ms: int = 0) -> set[str]:
+                    replay_window_ms: int = 0, bootstrap: str = "") -> set[str]:
     existing = set(admin.list_topics(timeout=10).topics)
     missing = [s for s in specs if s.name not in existing]
     if not missing:
         return set()
+    factor, extra = topic_replication(replication_factor)
     futures = admin.create_topics(
-        [NewTopic(s.name, num_partitions=s.partitions, replication_factor=replication_factor,
-                  config=s.config(replay_window_ms))
+        [NewTopic(s.name, num_partitions=s.partitions, replication_factor=factor,
+                  config={**s.config(replay_window_ms), **extra})
          for s in missing]
     )
     created = set()
@@ -84,7 +105,17 @@ def _create_missing(admin: AdminClient, specs: list[TopicSpec], replication_fact
             created.add(name)
             log.info("created topic %s", name)
         except KafkaException as exc:
-            if exc.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS: another caller won the race
+            err = exc.args[0]
+            # More replicas than registered brokers (a dead but registered broker counts: KRaft places replicas
+            # on it, and the partition starts under-replicated).
+            if err.code() == KafkaError.INVALID_REPLICATION_FACTOR:
+                asked = (f"LAKEHOUSE_KAFKA_REPLICATION_FACTOR={replication_factor}" if replication_factor > 0
+                         else "the cluster's default.replication.factor (LAKEHOUSE_KAFKA_REPLICATION_FACTOR=0)")
+                raise ReplicationImpossible(
+                    f"Topic {name} cannot be created at {bootstrap} with {asked}: {err.str().rstrip('.')}; set "
+                    "LAKEHOUSE_KAFKA_REPLICATION_FACTOR to at most the cluster's brokers (0 follows the cluster), or "
+                    "start more (`lakehouse kafka start --nodes 3`).") from None
+            if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:  # already there: another caller won the race
                 raise
     return created
 
@@ -157,15 +188,17 @@ def describe_topics(admin: AdminClient, specs: Iterable[TopicSpec], created: set
     return statuses
 
 
-def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], *, replication_factor: int = 1,
+def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], *, replication_factor: int = 0,
                   replay_window_ms: int = 0) -> list[TopicStatus]:
     """Create missing topics from their specs (idempotent); existing ones are compared, never altered.
 
+    `replication_factor` (LAKEHOUSE_KAFKA_REPLICATION_FACTOR): 0 follows the cluster's default.replication.factor
+    (1 on one node, 3 with min.insync.replicas 2 on the embedded three-node cluster).
     `replay_window_ms` (LAKEHOUSE_REPLAY_WINDOW): topics that delete by time keep records at least that long.
     """
     specs = list(specs)
     admin = admin_client(bootstrap)
-    created = _create_missing(admin, specs, replication_factor, replay_window_ms)
+    created = _create_missing(admin, specs, replication_factor, replay_window_ms, bootstrap)
     _await_metadata(admin, created)
     statuses = describe_topics(admin, specs, created, replay_window_ms)
     for status in statuses:

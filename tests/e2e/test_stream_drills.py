@@ -79,13 +79,15 @@ def test_crash_three_kills_lose_and_duplicate_nothing(spark, crash_broker, tmp_p
 def test_broker_loss_the_stream_resumes_by_itself(spark, broker, jars_dir, tmp_path):
     """kill -9 of the broker (the conftest fixture's) mid-stream while producing, started again 25 s later (past
     the stream's 20 s broker watchdog): the stream restarts its Kafka flows by itself, the producer's buffered
-    records arrive once each, and the fixture's broker is running again afterwards (same launcher, same data)."""
+    records arrive once each, and the fixture's broker is running again afterwards (same launcher, same data).
+    Events go slowly (1/s) until the stream's first commit, so that a slow start on a loaded machine still leaves
+    most of them to be sent across the loss."""
     ensure_topics(broker.kafka_bootstrap, topics.ALL)
     node = local_node(broker)
     pid_before = node.read_pid()
     report = run_broker_loss(broker, losses=1, down_s=(25.0,), events=EVENTS, seed=37, tables=TABLES, spark=spark,
                              workdir=tmp_path, rate=8.0, settle_s=6, commit_timeout_s=240, catch_up_s=240,
-                             extra_env=SMALL, verify_layers=("gold",))
+                             extra_env=SMALL, verify_layers=("gold",), warm_up_rate=1.0)
     print(report.text())
     pid_after = node.read_pid()
     assert pid_after is not None and pid_after != pid_before, "the fixture's broker must be running again"

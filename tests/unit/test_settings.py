@@ -168,14 +168,16 @@ def test_describe_lists_every_field_once_with_the_prefix():
 
 # A valid value for each setting other than its default.
 SAMPLES = {
+    "LAKEHOUSE_PROFILE": "cluster",
     "LAKEHOUSE_HOME": "/srv/other-home", "LAKEHOUSE_LAKE_ROOT": "s3a://bucket/lake", "LAKEHOUSE_JARS_DIR": "/opt/jars",
     "LAKEHOUSE_DAGSTER_HOME": "/srv/dagster", "LAKEHOUSE_LOG_DIR": "/var/log/lakehouse",
     "LAKEHOUSE_MAVEN_SETTINGS": "/etc/maven/settings.xml", "LAKEHOUSE_KAFKA_BOOTSTRAP": "b1:9092,b2:9092",
     "LAKEHOUSE_KAFKA_HOST": "10.0.0.5", "LAKEHOUSE_KAFKA_PORT": "12345", "LAKEHOUSE_KAFKA_CONTROLLER_PORT": "12346",
-    "LAKEHOUSE_KAFKA_HEAP": "1g", "LAKEHOUSE_KAFKA_REPLICATION_FACTOR": "3", "LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS": "50", "LAKEHOUSE_SPARK_MASTER": "spark://h:7077",
+    "LAKEHOUSE_KAFKA_HEAP": "1g", "LAKEHOUSE_KAFKA_REPLICATION_FACTOR": "3", "LAKEHOUSE_KAFKA_NODES": "3", "LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS": "50", "LAKEHOUSE_SPARK_MASTER": "spark://h:7077",
     "LAKEHOUSE_SPARK_DRIVER_MEMORY": "4g", "LAKEHOUSE_SPARK_JAVA_OPTIONS": "-XX:+UseG1GC -Xss4m",
     "LAKEHOUSE_SPARK_CLASS_ARCHIVE": "false", "LAKEHOUSE_SPARK_SHUFFLE_PARTITIONS": "200", "LAKEHOUSE_SPARK_UI": "true",
-    "LAKEHOUSE_SPARK_CONF": "spark.k=v", "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "500",
+    "LAKEHOUSE_SPARK_CONF": "spark.k=v", "LAKEHOUSE_S3_ENDPOINT": "http://127.0.0.1:9000", "LAKEHOUSE_S3_REGION": "eu-west-1",
+    "LAKEHOUSE_S3_PATH_STYLE": "True", "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "500",
     "LAKEHOUSE_MAX_BYTES_PER_TRIGGER": "1g", "LAKEHOUSE_CATCH_UP_PARALLEL": "1",
     "LAKEHOUSE_SILVER_DEDUP_WATERMARK": "2 hours", "LAKEHOUSE_GOLD_WATERMARK": "5 minutes",
     "LAKEHOUSE_EVENT_TIME_MAX_AHEAD": "12 hours", "LAKEHOUSE_EVENT_TIME_FLOOR": "2020-01-01T00:00:00Z",
@@ -207,7 +209,7 @@ def test_every_described_variable_is_read_by_from_env():
         ("LAKEHOUSE_MAX_BYTES_PER_TRIGGER", "128", "such as 128m"),
         ("LAKEHOUSE_MAX_BYTES_PER_TRIGGER", "-1g", "such as 128m"),
         ("LAKEHOUSE_MAX_BYTES_PER_TRIGGER", "99999999999999g", "up to 6 digits"),
-        ("LAKEHOUSE_KAFKA_REPLICATION_FACTOR", "0", "from 1 to"),
+        ("LAKEHOUSE_KAFKA_REPLICATION_FACTOR", "-1", "from 0 (follow the cluster) to"),
         ("LAKEHOUSE_KAFKA_REPLICATION_FACTOR", "1.5", "integer"),
         ("LAKEHOUSE_KAFKA_FETCH_MAX_WAIT_MS", "-1", "from 0 to 60000"),
         ("LAKEHOUSE_SPARK_UI", "maybe", "true, false, yes, no, 1 or 0"),
