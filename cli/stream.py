@@ -201,6 +201,8 @@ DRILLS = {
     "crash": "kill -9 `lakehouse stream` at random points while it ingests, restart, check nothing lost or doubled",
     "broker-loss": "kill -9 the broker mid-stream, start it again, check the stream resumed exactly",
     "bad-input": "the corpus of bad records through the flows: each to quarantine with its own reason",
+    "cluster": "the cluster profile (a Spark standalone cluster, three Kafka nodes, an S3 lake) started in a folder of "
+               "its own, a Kafka node killed under `lakehouse stream` on it, every layer checked",
 }
 
 
@@ -225,6 +227,8 @@ def cmd_bench(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_drill(settings: Settings, args: argparse.Namespace) -> int:
     if args.name == "bad-input":
         return int(_bench_module("drill", "bench.drill_bad_input").main(args.rest) or 0)
+    if args.name == "cluster":
+        return int(_bench_module("drill", "bench.drill_cluster").main(args.rest) or 0)
     return int(_bench_module("drill", "bench.drills").main([args.name, *args.rest]) or 0)
 
 

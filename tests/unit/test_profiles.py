@@ -56,3 +56,25 @@ def test_settings_lists_a_profile_it_is_asked_for(tmp_path):
     assert values["LAKEHOUSE_PROFILE"] == "cluster"
     assert values["LAKEHOUSE_LAKE_ROOT"] == "s3a://lakehouse/lake"
     assert values["LAKEHOUSE_KAFKA_BOOTSTRAP"] == "127.0.0.1:9092,127.0.0.1:9094,127.0.0.1:9096"
+
+
+def test_doctor_names_each_service_that_does_not_answer_in_one_sentence():
+    """With nothing listening, each service of the cluster profile is a problem saying how to start it; a local
+    profile's Spark and lake need nothing to answer."""
+    from lakehouse.infra.services import check_services
+    from tests.conftest import free_port
+
+    kafka, master, s3 = free_port(), free_port(), free_port()
+    cluster = Settings.from_env({"LAKEHOUSE_PROFILE": "cluster", "LAKEHOUSE_HOME": "/h", "LAKEHOUSE_KAFKA_PORT": str(kafka),
+                                 "LAKEHOUSE_KAFKA_CONTROLLER_PORT": str(kafka + 1),
+                                 "LAKEHOUSE_SPARK_MASTER": f"spark://127.0.0.1:{master}",
+                                 "LAKEHOUSE_S3_ENDPOINT": f"http://127.0.0.1:{s3}"})
+    services = {s.name: s for s in check_services(cluster)}
+    assert [s.failed for s in services.values()] == [True, True, True]
+    assert "`lakehouse kafka start --nodes 3`" in services["kafka"].problem
+    assert f"No Spark master answers at 127.0.0.1:{master}" in services["spark"].problem
+    assert "`lakehouse s3 start`" in services["lake"].problem
+    assert all("\n" not in s.problem for s in services.values())
+    from lakehouse.infra.services import _lake, _spark
+
+    assert not _spark(Settings(home="/h")).failed and not _lake(Settings(home="/h")).failed
