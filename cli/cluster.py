@@ -9,18 +9,6 @@ import time
 from lakehouse.infra.settings import MEMORY, Settings
 
 
-def _bounded(low: int, high: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = low - 1
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer from {low} to {high}")
-        return value
-    return parse
-
-
 def _memory(text: str) -> str:
     if not MEMORY.check(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a size; {MEMORY.allowed}")
@@ -34,6 +22,7 @@ def _mib(value: str) -> int:
 
 def add_cluster_commands(sub: argparse._SubParsersAction) -> None:
     """Register `lakehouse spark-cluster`."""
+    from lakehouse.cli.main import _integer as _bounded
     from lakehouse.infra.spark_cluster import DEFAULT_MEMORY, DEFAULT_PORT, DEFAULT_UI_PORT
 
     p = sub.add_parser(

@@ -5,8 +5,6 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -14,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lakehouse.infra.jars import jar_paths
+from lakehouse.infra.processes import pid_alive, port_is_free, process_args, terminate  # noqa: F401 - re-exported
 from lakehouse.infra.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -23,40 +22,6 @@ LOG4J2_FILE = Path(__file__).resolve().parent / "conf" / "kafka-log4j2.propertie
 
 class BrokerError(RuntimeError):
     """The broker cannot be started or reached; the message says why and what to do."""
-
-
-def port_is_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); it is not a running broker.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def process_args(pid: int) -> list[str]:
-    """The command line of a running process, or [] when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            return [arg.decode(errors="replace") for arg in cmdline.read().split(b"\0") if arg]
-    except OSError:
-        return []
 
 
 @dataclass(frozen=True)
@@ -244,16 +209,7 @@ class KafkaNode:
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
             return None
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while pid_alive(pid) and time.monotonic() < deadline:
-            _reap(pid)
-            time.sleep(0.2)
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            while pid_alive(pid):
-                _reap(pid)
-                time.sleep(0.1)
+        terminate(pid, timeout_s)
         self.pid_file.unlink(missing_ok=True)
         return pid
 
@@ -270,12 +226,6 @@ def java_cmd(classpath: list[str], main_class: str, *args: str, logs_dir: Path, 
         main_class, *args,
     ]
 
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 class BrokerAlreadyRunning(BrokerError):

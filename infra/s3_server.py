@@ -6,8 +6,6 @@ It keeps objects in memory: stopping it loses them. A lake that must last goes t
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from lakehouse.infra.kafka_broker import pid_alive, port_is_free, process_args
+from lakehouse.infra.processes import pid_alive, port_is_free, process_args, terminate
 from lakehouse.infra.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -118,25 +116,10 @@ class S3Server:
         pid = self.read_pid()
         if pid is None:
             return None
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while pid_alive(pid) and time.monotonic() < deadline:
-            _reap(pid)
-            time.sleep(0.1)
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            while pid_alive(pid):
-                _reap(pid)
-                time.sleep(0.1)
+        terminate(pid, timeout_s, poll_s=0.1)
         self.pid_file.unlink(missing_ok=True)
         return pid
 
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def lake_bucket(settings: Settings) -> str:

@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lakehouse.infra.kafka_broker import pid_alive, port_is_free, process_args
+from lakehouse.infra.processes import pid_alive, port_is_free, process_args, terminate
 from lakehouse.infra.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -139,17 +138,8 @@ class Daemon:
         pid = self.read_pid()
         if pid is None:
             return None
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while pid_alive(pid) and time.monotonic() < deadline:
-            _reap(pid)
-            time.sleep(0.2)
-        if pid_alive(pid):
-            log.warning("Spark %s (pid %d) did not stop within %.0f s; killing it", self.name, pid, timeout_s)
-            os.kill(pid, signal.SIGKILL)
-            while pid_alive(pid):
-                _reap(pid)
-                time.sleep(0.1)
+        if terminate(pid, timeout_s):
+            log.warning("Spark %s (pid %d) did not stop within %.0f s; killed it", self.name, pid, timeout_s)
         self.pid_file.unlink(missing_ok=True)
         return pid
 
@@ -160,13 +150,6 @@ class Daemon:
             return ""
         wanted = [line for line in text.splitlines() if re.search(r"ERROR|Exception|Error:|Caused by", line)]
         return " | ".join((wanted or text.splitlines())[-lines:])
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def master(settings: Settings) -> Daemon:
