@@ -134,13 +134,29 @@ def run_demo(
 
     node = local_node(settings)
     started_broker = False
-    step(f"Kafka broker (KRaft) on {node.bootstrap}")
-    if node.read_pid():
-        say(f"    already running (pid {node.read_pid()}), using it")
+    if settings.kafka_nodes > 1:
+        # LAKEHOUSE_KAFKA_NODES (the cluster profile): the embedded cluster, whose node 1 has the one node's ports.
+        from lakehouse.infra.kafka_cluster import cluster_of
+
+        kafka = cluster_of(settings)
+        node = kafka.nodes[0]
+        step(f"Kafka cluster (KRaft, {len(kafka.nodes)} nodes) on {kafka.bootstrap}")
+        if len(kafka.running()) == len(kafka.nodes):
+            say(f"    already running (pids {', '.join(map(str, kafka.running().values()))}), using it")
+        else:
+            pids = kafka.start(settings.jars_dir)
+            started_broker = True
+            say(f"    started nodes {', '.join(f'{i} (pid {pid})' for i, pid in pids.items())}; data in {kafka.directory}")
+        stop_kafka = kafka.stop
     else:
-        pid = node.start(settings.jars_dir)
-        started_broker = True
-        say(f"    started, pid {pid}; data in {node.data_dir}")
+        step(f"Kafka broker (KRaft) on {node.bootstrap}")
+        if node.read_pid():
+            say(f"    already running (pid {node.read_pid()}), using it")
+        else:
+            pid = node.start(settings.jars_dir)
+            started_broker = True
+            say(f"    started, pid {pid}; data in {node.data_dir}")
+        stop_kafka = node.stop
 
     try:
         step("Topics from their specs (Dagster assets kafka/*)")
@@ -229,8 +245,9 @@ def run_demo(
     finally:
         stop_spark()
         if started_broker and not keep_running:
-            node.stop()
-            say(f"\n    stopped the Kafka broker it started (pid file {node.pid_file})")
+            stop_kafka()
+            say(f"\n    stopped the Kafka {'cluster' if settings.kafka_nodes > 1 else 'broker'} it started (pid file "
+                f"{node.pid_file}{' and its siblings' if settings.kafka_nodes > 1 else ''})")
 
     report.wall_s = round(time.monotonic() - started, 1)
     step(f"Done in {report.wall_s}s. Where things are:")
