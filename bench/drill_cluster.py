@@ -145,8 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         def spark() -> Any:
             from lakehouse.infra.spark import get_spark
 
-            # The checks' own session: on the cluster too, reading the lake on S3.
-            sessions.append(get_spark(dc.replace(settings, spark_shuffle_partitions=2), "drill-cluster-checks"))
+            # The checks' own session is a local one reading the lake on S3: the stream ran on the cluster, and the
+            # checks' batch-lane recomputation through an executor took about 3 minutes of the drill (2 cores).
+            sessions.append(get_spark(dc.replace(settings, spark_master="local[2]", spark_shuffle_partitions=2),
+                                      "drill-cluster-checks"))
             return sessions[-1]
 
         with ExitStack() as stack:

@@ -22,6 +22,7 @@ from tests.conftest import free_port
 
 TABLES = ("gold_revenue_per_minute", "silver_page_views")   # 5 flows: bronze and silver of two topics, one gold
 EVENTS = 1000
+LOSS_EVENTS = 600    # at 8/s after the first commit: about a minute of producing, across the 25 s loss and the recovery
 SMALL = {"LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "400"}       # a restart's backlog in a few bronze batches, not one
 
 
@@ -40,17 +41,18 @@ def crash_broker(jars_dir: str, tmp_path_factory: pytest.TempPathFactory):
     assert node.read_pid() is None
 
 
-def assert_exact(report: DrillReport) -> None:
+def assert_exact(report: DrillReport, batch_lane: bool = True) -> None:
+    """Nothing lost or doubled in any layer; gold equal to plain Python and (with `batch_lane`) to the batch lane."""
     text = report.text()
     assert report.error is None, text
     assert report.exit_code == 0, text                       # SIGTERM after the drill: a clean stop
     assert report.unresolved == 0 and report.acked > 0, text
     layers = {c.layer for c in report.checks}
-    assert layers == {"bronze", "silver", "batch lane", "plain Python"}, text
+    assert layers == {"bronze", "silver", "plain Python"} | ({"batch lane"} if batch_lane else set()), text
     # Each layer was checked on real rows; the batch lane recomputed the gold table over silver (silver itself
     # is checked record by record against what was sent; the full drills recompute silver over bronze too).
     assert all(c.checked > 0 for c in report.checks if c.table != "late_arrivals"), text
-    assert {c.table for c in report.checks if c.layer == "batch lane"} == {"gold_revenue_per_minute"}, text
+    assert {c.table for c in report.checks if c.layer == "batch lane"} == ({"gold_revenue_per_minute"} if batch_lane else set()), text
     assert [c for c in report.checks if c.differences] == [], text
     assert report.differences == 0 and report.passed, text
 
@@ -85,7 +87,7 @@ def test_broker_loss_the_stream_resumes_by_itself(spark, broker, jars_dir, tmp_p
     ensure_topics(broker.kafka_bootstrap, topics.ALL)
     node = local_node(broker)
     pid_before = node.read_pid()
-    report = run_broker_loss(broker, losses=1, down_s=(25.0,), events=EVENTS, seed=37, tables=TABLES, spark=spark,
+    report = run_broker_loss(broker, losses=1, down_s=(25.0,), events=LOSS_EVENTS, seed=37, tables=TABLES, spark=spark,
                              workdir=tmp_path, rate=8.0, settle_s=6, commit_timeout_s=240, catch_up_s=240,
                              extra_env=SMALL, verify_layers=("gold",), warm_up_rate=1.0)
     print(report.text())
@@ -96,5 +98,5 @@ def test_broker_loss_the_stream_resumes_by_itself(spark, broker, jars_dir, tmp_p
     # Resumed by itself: the watchdog stopped the Kafka flows and the supervisor restarted them with backoff.
     assert report.watchdog_stops >= 1 and report.stream_restarts >= 1, report.text()
     # Only what the broker acknowledged must arrive; with a 25 s outage every record is acknowledged in the end.
-    assert report.failed == 0 and report.acked == report.sent == EVENTS, report.text()
+    assert report.failed == 0 and report.acked == report.sent == LOSS_EVENTS, report.text()
     assert_exact(report)
