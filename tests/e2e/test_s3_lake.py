@@ -77,7 +77,8 @@ def list_keys(server: S3Server, prefix: str) -> list[str]:
 def test_a_lake_on_s3_survives_a_crash_and_answers_verify_and_time_travel(crash_broker, s3, tmp_path, monkeypatch):
     """A kill -9 of the stream mid-batch on an s3a:// lake loses and doubles nothing in bronze, silver and gold (every
     record checked against what the broker acknowledged, gold also against plain Python); `lakehouse verify` finds no
-    discrepancy between the stream's gold and silver and the batch lane's; `VERSION AS OF` reads an older version; the Delta log is on the S3 server."""
+    discrepancy between the stream's gold and silver and the batch lane's; `VERSION AS OF` reads an older version; the
+    Delta log is on the S3 server."""
     for key, value in s3_env(s3).items():     # the drill's own checks and listings in this process read S3 too
         monkeypatch.setenv(key, value)
     out = tmp_path / "report.pickle"

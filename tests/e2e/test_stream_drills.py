@@ -52,7 +52,8 @@ def assert_exact(report: DrillReport, batch_lane: bool = True) -> None:
     # Each layer was checked on real rows; the batch lane recomputed the gold table over silver (silver itself
     # is checked record by record against what was sent; the full drills recompute silver over bronze too).
     assert all(c.checked > 0 for c in report.checks if c.table != "late_arrivals"), text
-    assert {c.table for c in report.checks if c.layer == "batch lane"} == ({"gold_revenue_per_minute"} if batch_lane else set()), text
+    verified = {c.table for c in report.checks if c.layer == "batch lane"}
+    assert verified == ({"gold_revenue_per_minute"} if batch_lane else set()), text
     assert [c for c in report.checks if c.differences] == [], text
     assert report.differences == 0 and report.passed, text
 
