@@ -24,7 +24,7 @@ from lakehouse.schemas.tables import TableSpec
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.lake_files import has_delta_log
 from lakehouse.streaming.positions import BatchRecord, RecordsPositions, UserMetadata
-from lakehouse.streaming.sinks import dml_once, merge_metrics
+from lakehouse.streaming.sinks import dml_once, merge_metrics, nullable
 from lakehouse.streaming.transforms.dimensions import LINEAGE, scd2_versions
 
 log = logging.getLogger(__name__)
@@ -76,9 +76,7 @@ class DimensionWriter(RecordsPositions):
     def _ensure_table(self, spark: SparkSession, schema: StructType) -> None:
         if has_delta_log(spark, self.path):   # see streaming.sinks.ensure_table
             return
-        builder = DeltaTable.createIfNotExists(spark).location(self.path)
-        for f in schema.fields:
-            builder = builder.addColumn(f.name, f.dataType, nullable=True, comment=f.metadata.get("comment"))
+        builder = DeltaTable.createIfNotExists(spark).location(self.path).addColumns(nullable(schema))
         for name, value in self.table.properties.items():
             builder = builder.property(name, value)
         builder.execute()

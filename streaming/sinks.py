@@ -9,6 +9,7 @@ from typing import Callable, Iterator
 from delta.tables import DeltaTable
 from pyspark import InheritableThread
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
 
 from lakehouse.schemas.tables import TableSpec
 from lakehouse.streaming.lake_files import has_delta_log
@@ -16,6 +17,17 @@ from lakehouse.streaming.lake_files import has_delta_log
 log = logging.getLogger(__name__)
 
 BatchFunction = Callable[[DataFrame, int], None]
+
+
+def nullable(data_type: T.DataType) -> T.DataType:
+    """`data_type` with every field, nested ones too, nullable: as a DataFrame append leaves a new table's columns."""
+    if isinstance(data_type, T.StructType):
+        return T.StructType([T.StructField(f.name, nullable(f.dataType), True, f.metadata) for f in data_type.fields])
+    if isinstance(data_type, T.ArrayType):
+        return T.ArrayType(nullable(data_type.elementType), True)
+    if isinstance(data_type, T.MapType):
+        return T.MapType(nullable(data_type.keyType), nullable(data_type.valueType), True)
+    return data_type
 
 
 def ensure_table(batch_df: DataFrame, table: TableSpec, path: str) -> None:
