@@ -292,6 +292,10 @@ class Settings:
         3, "Flows a catch-up or `lakehouse verify` runs at once (those that do not read each other's tables); "
         "1 runs them one by one.",
         _integer(1, 64))
+    catch_up_one_query_per_topic: bool = _setting(
+        True, "A catch-up (`lakehouse run`, Dagster's catch_up) runs each topic's bronze and silver flows, and the "
+        "tables that read only that silver table, as one query whenever their tables let one query take over "
+        "(else as their own queries, which leaves them ready for the next run). Off: one query per flow.", BOOLEAN)
     silver_dedup_watermark: str = _setting("1 hour", "How long silver remembers event ids to drop duplicates.", DURATION)
     gold_watermark: str = _setting(
         "10 minutes", "How late an event may be and still count in a stateful gold flow (windows, sessions, joins); "

@@ -109,7 +109,7 @@ def catch_up(context: dg.OpExecutionContext, config: CatchUpConfig, spark: Spark
         # The flows' validation results are written once, when the last flow has ended.
         with ctx.holding_results(session):
             _run_flows(context, session, ctx, chosen, docs, blocked, progress, lake.catch_up_parallel,
-                       suite_tables(declared))
+                       suite_tables(declared), one_query_per_topic=lake.one_query_per_topic)
     finally:
         progress.flush(session)     # every micro-batch's progress, also of a run that failed part way
     if blocked:
@@ -151,7 +151,7 @@ def _caught_up(session, flow, ctx, docs: dict[str, str]) -> _Caught:
 
 
 def _run_flows(context, session, ctx, chosen, docs, blocked, progress, parallel: int = 1,
-               checked: set[str] = frozenset()) -> None:
+               checked: set[str] = frozenset(), one_query_per_topic: bool = False) -> None:
     """Run the flows, up to `parallel` at once, logging each one's materializations as it ends.
 
     A flow starts when the flows whose tables it reads have ended (streaming/parallel_runs.py); a
@@ -170,7 +170,8 @@ def _run_flows(context, session, ctx, chosen, docs, blocked, progress, parallel:
         return _caught_up(spark, flow, flow_ctx, docs)
 
     ran, changed, runs = [], [], []
-    for outcome in run_flows(session, chosen, ctx, parallel=parallel, skip=skip, run=run):
+    for outcome in run_flows(session, chosen, ctx, parallel=parallel, skip=skip, run=run,
+                             one_query_per_topic=one_query_per_topic):
         flow = outcome.flow
         if outcome.skipped:
             context.log.warning(outcome.skipped)

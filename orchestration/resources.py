@@ -69,6 +69,7 @@ class LakeResource(dg.ConfigurableResource):
     max_offsets_per_trigger: int = 0
     max_bytes_per_trigger: str = "0"
     catch_up_parallel: int = 1          # flows a catch-up runs at once
+    one_query_per_topic: bool = True    # a topic's flows catch up in one query when they can (streaming/topic_runs.py)
     replay_window: str = "7 days"       # what VACUUM keeps and the retention checks require
     quality: bool = True                # check each batch against its table's expectation suite
     quality_dir: str = ""               # GX's project folder (Data Docs); "": results go to the Delta table only
@@ -120,7 +121,7 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
             gold_watermark=settings.gold_watermark, gold_watermarks=dict(settings.gold_watermarks),
             params={name: str(value) for name, value in active_pipeline().param_values().items()},
             max_offsets_per_trigger=settings.max_offsets_per_trigger, max_bytes_per_trigger=settings.max_bytes_per_trigger,
-            catch_up_parallel=settings.catch_up_parallel,
+            catch_up_parallel=settings.catch_up_parallel, one_query_per_topic=settings.catch_up_one_query_per_topic,
             event_time_floor=settings.event_time_floor, event_time_max_ahead=settings.event_time_max_ahead,
             replay_window=settings.replay_window, quality=settings.quality, quality_dir=settings.quality_dir,
             quality_docs_keep=settings.quality_docs_keep,

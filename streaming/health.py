@@ -135,6 +135,25 @@ def committed_batch(checkpoint: str) -> CommittedBatch | None:
     return CommittedBatch(batch, triggered / 1000 if triggered else None, committed_at, sources)
 
 
+def settled_batch(checkpoint: str) -> CommittedBatch | None:
+    """The newest committed batch, if no later batch was begun and left without its commit (else None)."""
+    batch = committed_batch(checkpoint)
+    if batch is None:
+        return None
+    begun = [int(i.base_name) for i in _listing(f"{checkpoint.rstrip('/')}/offsets") if i.base_name.isdigit()]
+    return batch if max(begun, default=-1) == batch.batch_id else None
+
+
+def done_version(offset: Mapping) -> int:
+    """The newest source version a Delta source offset has read whole (-1: none)."""
+    at = offset.get("reservoirVersion") if offset else None
+    if at is None:
+        return -1
+    index = int(offset.get("index", -1))
+    # index -1: nothing of `at` read yet; a huge index (Delta's END_INDEX): all of `at`; else part of `at`.
+    return int(at) if index >= 2 ** 62 else int(at) - 1
+
+
 @dataclass
 class FlowHealth:
     """How far one flow is behind its sources, and when it last committed a batch."""
@@ -221,22 +240,12 @@ def flow_health(flow: Flow, ctx: FlowContext, ends: Mapping[str, Mapping[int, tu
             newest = latest_data_version(stream_path(source, ctx))
             if newest is None:
                 continue
-            health.versions_behind[source.name] = max(0, newest - _done_version(offset))
+            health.versions_behind[source.name] = max(0, newest - done_version(offset))
     return health
 
 
 def _at(batch: CommittedBatch) -> float:
     return batch.committed_at or batch.triggered_at or 0.0
-
-
-def _done_version(offset: Mapping) -> int:
-    """The newest source version a Delta source offset has read whole (-1: none)."""
-    at = offset.get("reservoirVersion") if offset else None
-    if at is None:
-        return -1
-    index = int(offset.get("index", -1))
-    # index -1: nothing of `at` read yet; a huge index (Delta's END_INDEX): all of `at`; else part of `at`.
-    return int(at) if index >= 2 ** 62 else int(at) - 1
 
 
 def stream_health(flows: Iterable[Flow], ctx: FlowContext) -> list[FlowHealth]:

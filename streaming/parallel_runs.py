@@ -14,6 +14,7 @@ flow's jobs are not queued behind a big one's.
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -22,7 +23,11 @@ from pyspark.sql import SparkSession
 
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import Flow
-from lakehouse.streaming.runner import FlowRun, run_flow
+from lakehouse.streaming.runner import FlowRun, ran_already, run_flow
+from lakehouse.streaming.topic_query import TopicGroup, topic_groups
+from lakehouse.streaming.topic_runs import run_topic_group
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -51,7 +56,7 @@ def upstream(flows: Sequence[Flow]) -> dict[str, set[str]]:
 def run_flows(spark: SparkSession, flows: Sequence[Flow], ctx: FlowContext, *, parallel: int = 1,
               skip: Callable[[Flow], str | None] | None = None,
               run: Callable[[SparkSession, Flow, FlowContext], Any] = run_flow,
-              independent: bool = False) -> Iterator[Outcome]:
+              independent: bool = False, one_query_per_topic: bool = False) -> Iterator[Outcome]:
     """Run `flows` (in an order where a flow comes after those it reads) up to `parallel` at once.
 
     Yields each flow's outcome as it ends, in the caller's thread. Just before a flow starts, `skip`
@@ -59,9 +64,14 @@ def run_flows(spark: SparkSession, flows: Sequence[Flow], ctx: FlowContext, *, p
     yielded before. A caller that stops iterating (an error it re-raises) waits for the running flows
     to finish; nothing more is started. `run` runs one flow (streaming.runner.run_flow). `independent`:
     no flow waits for another (each reads only tables none of `flows` writes, as in a verify).
+    `one_query_per_topic`: each topic's flows that one query can run (streaming/topic_query.py) catch up
+    together in one query when their tables allow it (streaming/topic_runs.py); `run` then sees each of
+    their runs through `run_flow`, which returns it.
     """
     waits = {flow.name: set() for flow in flows} if independent else upstream(flows)
     pending = list(flows)
+    held = _groups(flows) if one_query_per_topic else {}   # bronze flow -> its topic's group, until it starts
+    in_group = {f.name for g in held.values() for f in (g.silver, *g.members)}
     running: dict[Future, Flow] = {}
     ended: list[Outcome] = []       # ended, not yet yielded: a flow waiting for one of these does not start
     done: set[str] = set()          # yielded
@@ -73,14 +83,31 @@ def run_flows(spark: SparkSession, flows: Sequence[Flow], ctx: FlowContext, *, p
             for flow in list(pending):
                 if len(running) >= workers:
                     break
-                if waits[flow.name] - done:
+                if flow.name in in_group:
+                    continue        # starts with its topic's query, or alone once that query leaves it
+                group = held.get(flow.name)
+                together = [] if group is None else [f for f in (group.silver, *group.members) if f in pending]
+                names = {flow.name, *(f.name for f in together)}
+                if set().union(*(waits[f.name] for f in (flow, *together))) - names - done:
                     continue
                 pending.remove(flow)
                 why = skip(flow) if skip else None
                 if why:
                     ended.append(Outcome(flow, skipped=why))
+                    in_group -= names
                     continue
-                running[pool.submit(run, spark, flow, ctx)] = flow
+                if not together:
+                    running[pool.submit(run, spark, flow, ctx)] = flow
+                    continue
+                members = []
+                for member in together[1:]:
+                    if (why := skip(member) if skip else None):
+                        pending.remove(member)
+                        ended.append(Outcome(member, skipped=why))
+                    else:
+                        members.append(member)
+                chosen = TopicGroup(flow, together[0], tuple(members))
+                running[pool.submit(_run_group, spark, chosen, ctx, run)] = flow
             if ended:
                 outcome = ended.pop(0)
                 yield outcome
@@ -92,4 +119,46 @@ def run_flows(spark: SparkSession, flows: Sequence[Flow], ctx: FlowContext, *, p
             for future in finished:
                 flow = running.pop(future)
                 error = future.exception()
-                ended.append(Outcome(flow, error=error) if error else Outcome(flow, run=future.result()))
+                if error is not None:
+                    ended.append(Outcome(flow, error=error))
+                    continue
+                result = future.result()
+                if not isinstance(result, _GroupResult):
+                    ended.append(Outcome(flow, run=result))
+                    continue
+                for outcome in result.outcomes:
+                    if outcome.flow in pending:
+                        pending.remove(outcome.flow)
+                    ended.append(outcome)
+                in_group -= {f.name for f in (result.group.silver, *result.group.members)}
+
+
+def _groups(flows: Sequence[Flow]) -> dict[str, TopicGroup]:
+    """Bronze flow name -> the group of flows one query per topic runs, for topics with silver in `flows`."""
+    return {g.bronze.name: g for g in topic_groups(list(flows)).values()}
+
+
+@dataclass
+class _GroupResult:
+    group: TopicGroup
+    outcomes: list[Outcome]
+
+
+def _run_group(spark: SparkSession, group: TopicGroup, ctx: FlowContext, run: Callable) -> _GroupResult:
+    """A topic's flows through one query; the outcomes of those it ran (the rest go back to run on their own)."""
+    try:
+        topic = run_topic_group(spark, group, ctx)
+    except Exception:  # noqa: BLE001 - each flow's own run recovers from what its tables record, and reports
+        log.warning("the query of %s could not run; its flows catch up as their own queries", group.bronze.source.name,
+                    exc_info=True)
+        return _GroupResult(group, [])
+    outcomes = [Outcome(group.bronze, error=topic.error)] if topic.error is not None else []
+    with ran_already(topic.runs):
+        for flow in (group.bronze, group.silver, *group.members):
+            if flow.name not in topic.runs:
+                continue
+            try:
+                outcomes.append(Outcome(flow, run=run(spark, flow, ctx)))
+            except Exception as exc:  # noqa: BLE001 - the caller's handling of the run failed: that flow's error
+                outcomes.append(Outcome(flow, error=exc))
+    return _GroupResult(group, outcomes)

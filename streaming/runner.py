@@ -7,8 +7,9 @@ import logging
 import re
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -309,8 +310,28 @@ def _kafka_ranges(progress: list[Any]) -> dict[str, dict[str, int]]:
     }
 
 
+_ran = threading.local()
+
+
+@contextmanager
+def ran_already(runs: dict[str, FlowRun]) -> Iterator[None]:
+    """Within the block, `run_flow` in this thread returns these runs instead of running their flows again.
+
+    A topic's flows caught up in one query (streaming/topic_runs.py); the caller's per-flow handling of
+    each run (a catch-up's materializations) then goes through `run_flow` as for a flow run on its own.
+    """
+    _ran.runs = runs
+    try:
+        yield
+    finally:
+        _ran.runs = {}
+
+
 def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     """Run one flow until it has caught up with its source, then report batches, rows, offsets, version."""
+    done = getattr(_ran, "runs", {}).get(flow.name)
+    if done is not None:
+        return done
     path = flow.target.path(ctx.lake_root)
     started = time.monotonic()
     missing = tuple(
@@ -350,13 +371,18 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
                 ctx.quality.flush(spark)
     if watchdog and watchdog.lost:
         raise _lost(flow, ctx)
-    progress = query.recentProgress
+    return finished_run(spark, flow, ctx, query.recentProgress, writer, before, started, query_id=str(query.id))
+
+
+def finished_run(spark: SparkSession, flow: Flow, ctx: FlowContext, progress: list[Any], writer: Any,
+                 before: int | None, started: float, *, query_id: str | None = None) -> FlowRun:
+    """What a flow's finished catch-up did: its query's micro-batches, its writer's counts, its table's new commits."""
     run = FlowRun(flow=flow.name, table=flow.target.name, version_before=before)
     run.batches = sum(1 for p in progress if p.numInputRows > 0)
     run.input_rows = sum(int(p.numInputRows) for p in progress)
     run.kafka_offsets = _kafka_ranges(progress)
     run.progress = [progress_row(p, "catch-up") for p in progress if p.numInputRows > 0]
-    commits = commits_after(spark, path, before)
+    commits = commits_after(spark, flow.target.path(ctx.lake_root), before)
     run.delta_version = commits[-1].version if commits else before
     run.commits = describe_commits(commits)
     if isinstance(getattr(writer, "stats", None), SilverBatchStats):
@@ -369,7 +395,7 @@ def run_flow(spark: SparkSession, flow: Flow, ctx: FlowContext) -> FlowRun:
     elif writer is not None:
         run.rows_written = writer.stats.rows_written
     else:
-        run.rows_written = rows_written(commits, query_id=str(query.id))
+        run.rows_written = rows_written(commits, query_id=query_id)
     run.duration_s = round(time.monotonic() - started, 2)
     log.info(
         "flow %s: %d input rows, %d written, %s is at version %s (%.1fs)",

@@ -34,6 +34,7 @@ new query ids, so several of them may catch up at once although their records al
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -49,13 +50,14 @@ from lakehouse.streaming.delta_log import commits_after, table_id, table_version
 from lakehouse.streaming import flows as flow_registry
 from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.lake_files import delete_tree, has_delta_log
-from lakehouse.streaming.positions import StreamBinding, commit_metadata, parse_metadata
+from lakehouse.streaming.positions import StreamBinding, commit_metadata, parse_metadata, write_text
 from lakehouse.streaming.runner import FlowRun, after_bronze, first_line, in_flow_pool, run_flow
 from lakehouse.streaming.sinks import append_once
 from lakehouse.streaming.sources import read_kafka_stream
 
 log = logging.getLogger(__name__)
 
+MEMBERS_FILE = "members"     # in a topic query's checkpoint: the members its batches write (streaming/topic_runs.py)
 
 
 class MemberError(RuntimeError):
@@ -89,6 +91,11 @@ def topic_groups(flows: list[Flow]) -> dict[str, TopicGroup]:
 def checkpoint(silver: Flow, ctx: FlowContext) -> str:
     """The topic query's own checkpoint, beside the silver flow's (new at every start)."""
     return f"{silver.checkpoint(ctx).rstrip('/')}-topic"
+
+
+def write_members(spark: SparkSession, own: str, members: tuple[Flow, ...]) -> None:
+    """Record in the topic query's checkpoint which members its batches write."""
+    write_text(spark, f"{own}/{MEMBERS_FILE}", json.dumps(sorted(m.name for m in members)))
 
 
 def covering(flow: Flow, ctx: FlowContext) -> tuple[str, TopicSpec] | None:
@@ -253,5 +260,6 @@ def start_topic_query(spark: SparkSession, group: TopicGroup, ctx: FlowContext, 
     query_writer = (stream.writeStream.queryName(silver.name).option("checkpointLocation", own)
                     .trigger(**trigger).foreachBatch(writer))
     query = in_flow_pool(spark, silver, query_writer.start)
+    write_members(spark, own, tuple(members))
     log.info("one query now writes %s, from %s", ", ".join(f.target.name for f in (bronze, silver, *members)), said)
     return Started(query, writer, left_out, caught_up)

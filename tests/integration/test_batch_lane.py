@@ -44,7 +44,7 @@ def _minute(iso_ts: str) -> datetime:
 
 
 def _catch_up(spark, ctx):
-    outcomes = list(run_flows(spark, FLOWS, ctx, parallel=PARALLEL))
+    outcomes = list(run_flows(spark, FLOWS, ctx, parallel=PARALLEL, one_query_per_topic=True))   # as a catch-up does
     assert not [o for o in outcomes if o.error], [(o.flow.name, o.error) for o in outcomes if o.error]
     return {o.flow.name: o.run for o in outcomes}
 

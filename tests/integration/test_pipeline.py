@@ -18,6 +18,8 @@ from lakehouse.streaming.kafka_topics import ensure_topics
 from lakehouse.streaming.producer import produce
 from lakehouse.streaming.parallel_runs import run_flows
 from lakehouse.streaming.runner import run_flow
+from lakehouse.streaming.topic_query import topic_groups
+from lakehouse.streaming.topic_runs import takeover
 from lakehouse.pipelines import shop
 
 pytestmark = pytest.mark.integration
@@ -39,8 +41,9 @@ def run(spark, broker, tmp_path_factory):
     report = produce(records, bootstrap=broker.kafka_bootstrap)
     assert report.delivered == N and report.failed == 0
     ctx = FlowContext(lake_root=str(tmp_path_factory.mktemp("lake")), kafka_bootstrap=broker.kafka_bootstrap)
-    # Three flows at once, as a catch-up runs them by default: every check below holds for the concurrent runs.
-    outcomes = list(run_flows(spark, FLOWS, ctx, parallel=3))
+    # As a catch-up runs them by default: three queries at once, each topic's flows in one query (on a fresh lake one
+    # query takes each topic's bronze, silver and the tables that read only that silver). Every check below holds.
+    outcomes = list(run_flows(spark, FLOWS, ctx, parallel=3, one_query_per_topic=True))
     assert [o.error for o in outcomes if o.error] == []
     flow_runs = {o.flow.name: o.run for o in outcomes}
     return records, report, ctx, flow_runs
@@ -172,19 +175,30 @@ def test_gold_page_views_per_product_minute_equals_plain_python(spark, run):
     assert {(r.m, r.product_id): r.views for r in rows} == dict(expected)
 
 
-def test_each_flow_ran_in_a_fair_scheduler_pool_of_its_own(spark, run):
-    """The session schedules fairly and the concurrent flows' queries submitted their jobs to their own pools."""
+def test_each_query_ran_in_a_fair_scheduler_pool_of_its_own(spark, run):
+    """The session schedules fairly and the concurrent queries submitted their jobs to their own pools: a topic's
+    query to its silver flow's, each other flow's to its own."""
     assert spark.sparkContext.getConf().get("spark.scheduler.mode") == "FAIR"
     found = spark.sparkContext._jsc.sc().getAllPools()   # a Scala Seq
     pools = {found.apply(i).name() for i in range(found.size())}
-    assert {flow.name for flow in FLOWS} <= pools
+    groups = topic_groups(FLOWS)
+    carried = {f.name for g in groups.values() for f in (g.bronze, *g.members)}
+    assert len(groups) == 5 and {flow.name for flow in FLOWS} - carried <= pools
 
 
 def test_a_second_catch_up_without_new_data_changes_nothing(spark, run):
-    """Running every flow again reads nothing new and leaves every table's row count as it was."""
+    """Running every flow again, through the topics' queries and then each on its own, reads nothing new and leaves
+    every table's row count as it was."""
     _, _, ctx, _ = run
     present = [spec for spec in tables.ALL if DeltaTable.isDeltaTable(spark, spec.path(ctx.lake_root))]
     before = {spec.name: read(spark, ctx, spec).count() for spec in present}
+    # Each topic's query resumes its checkpoint: nothing else wrote its tables since.
+    assert {g.silver.name: takeover(spark, g, ctx) for g in topic_groups(FLOWS).values()} == {
+        g.silver.name: "resume" for g in topic_groups(FLOWS).values()}
+    outcomes = list(run_flows(spark, FLOWS, ctx, parallel=3, one_query_per_topic=True))
+    assert [o.error for o in outcomes if o.error] == [] and all(o.run.input_rows == 0 for o in outcomes)
+    assert {spec.name: read(spark, ctx, spec).count() for spec in present} == before
+    # Then each flow alone: its checkpoint, dropped when the topic's query took over, is rebuilt from its records.
     again = {flow.name: run_flow(spark, flow, ctx) for flow in FLOWS}
     assert all(r.input_rows == 0 for r in again.values())
     assert {spec.name: read(spark, ctx, spec).count() for spec in present} == before
