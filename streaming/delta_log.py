@@ -22,7 +22,7 @@ from lakehouse.streaming.lake_files import hadoop_fs, has_delta_log
 # after a write) and VACUUM. A reader asking what last wrote the table's rows passes over them.
 MAINTENANCE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
 # What a commit wrote, by operation: a Delta sink's appends, or the rows a MERGE inserted and updated.
-_WRITTEN = {"STREAMING UPDATE": ("numOutputRows",), "WRITE": ("numOutputRows",), "MERGE": ("numTargetRowsInserted", "numTargetRowsUpdated")}
+_WRITTEN = {"STREAMING UPDATE": ("numOutputRows",), "MERGE": ("numTargetRowsInserted", "numTargetRowsUpdated")}
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ def run_flows(spark: SparkSession, flows: Sequence[Flow], ctx: FlowContext, *, p
         while pending or running or ended:
             # Slots are filled before an ended flow is handed to the caller, who may take seconds over it
             # (a catch-up logs its materializations): flows that do not read its table start meanwhile.
+            started = False
             for flow in list(pending):
                 if len(running) >= workers:
                     break
@@ -91,6 +92,7 @@ def run_flows(spark: SparkSession, flows: Sequence[Flow], ctx: FlowContext, *, p
                 if set().union(*(waits[f.name] for f in (flow, *together))) - names - done:
                     continue
                 pending.remove(flow)
+                started = True
                 why = skip(flow) if skip else None
                 if why:
                     ended.append(Outcome(flow, skipped=why))
@@ -114,6 +116,9 @@ def run_flows(spark: SparkSession, flows: Sequence[Flow], ctx: FlowContext, *, p
                 done.add(outcome.flow.name)
                 continue
             if not running:
+                if not started:
+                    # Nothing runs, nothing ended, nothing could start: a flow waits for one that will never end.
+                    raise RuntimeError(f"flows {', '.join(f.name for f in pending)} wait for flows that are not run")
                 continue    # every ready flow was skipped: look again at what waited for them
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
@@ -130,6 +135,11 @@ def run_flows(spark: SparkSession, flows: Sequence[Flow], ctx: FlowContext, *, p
                     if outcome.flow in pending:
                         pending.remove(outcome.flow)
                     ended.append(outcome)
+                # What the query did not run starts on its own, bronze first (it left the pending list with its group).
+                ran = {o.flow.name for o in result.outcomes}
+                if result.group.bronze.name not in ran:
+                    held.pop(result.group.bronze.name, None)
+                    pending.insert(0, result.group.bronze)
                 in_group -= {f.name for f in (result.group.silver, *result.group.members)}
 
 

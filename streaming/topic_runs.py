@@ -33,7 +33,7 @@ from pyspark.sql import SparkSession
 
 from lakehouse.schemas.topics import TopicSpec
 from lakehouse.streaming.context import FlowContext
-from lakehouse.streaming.delta_log import last_data_commit, table_version
+from lakehouse.streaming.delta_log import commits_after, last_data_commit, table_version
 from lakehouse.streaming.fingerprints import DefinitionChanged, check_definition
 from lakehouse.streaming.flows import Flow
 from lakehouse.streaming.health import done_version, latest_data_version, settled_batch
@@ -170,9 +170,12 @@ def run_topic_group(spark: SparkSession, group: TopicGroup, ctx: FlowContext) ->
         return out
     bronze = out.runs[group.bronze.name] = finished_run(spark, group.bronze, ctx, progress, None,
                                                         before[group.bronze.name], started)
-    # Spark counts the topic's rows once per write that reads them (each member's, from silver's cached rows):
-    # bronze read what it appended.
-    bronze.input_rows = bronze.rows_written
+    # Bronze's appends here are batch writes (rows_written counts a flow's streaming appends and MERGEs only). Spark
+    # counts the topic's rows once per write that reads them (each member's, from silver's cached rows): bronze read
+    # what it appended.
+    appended = commits_after(spark, group.bronze.target.path(ctx.lake_root), before[group.bronze.name])
+    bronze.rows_written = bronze.input_rows = sum(int(c.metrics.get("numOutputRows", 0)) for c in appended
+                                                  if c.operation == "WRITE")
     if failed is not None:
         log.warning("the query of %s stopped (%s); %s catch up as their own queries", group.bronze.source.name,
                     str(failed).strip().splitlines()[0][:300] if str(failed).strip() else type(failed).__name__,

@@ -1,6 +1,7 @@
-"""A fused stream (one query per topic) and triggered runs take turns on one lake three times, with events sent
-between: bronze holds each sent record once, silver each valid id once, and every gold table equals the batch
-lane's recomputation over silver (and gold_revenue_per_minute plain Python's over what was sent)."""
+"""A fused stream (one query per topic) and triggered runs (the flows' own, or one query per topic as a catch-up
+runs them) take turns on one lake three times, with events sent between: bronze holds each sent record once,
+silver each valid id once, and every gold table equals the batch lane's recomputation over silver (and
+gold_revenue_per_minute plain Python's over what was sent)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from lakehouse.schemas import tables, topics
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.flows import BY_NAME
 from lakehouse.streaming.kafka_topics import ensure_topics
+from lakehouse.streaming.parallel_runs import run_flows
 from lakehouse.streaming.runner import run_flow
+from lakehouse.streaming.topic_query import topic_groups
+from lakehouse.streaming.topic_runs import takeover
 from tests.integration.test_topic_query import Running, Sent, rows
 
 pytestmark = pytest.mark.integration
@@ -49,10 +53,19 @@ def test_a_fused_stream_and_triggered_runs_alternate_three_times_and_every_table
         sent.send(100 + 2 * turn, 20 * turn, n=400)
         stream.wait(complete, f"turn {turn}: the fused stream to take what was sent")
         stream.close()
-        # Triggered: events sent while nothing streams, taken by the flows' own runs from the fused query's records.
+        # Triggered: events sent while nothing streams. In the middle turn a catch-up as `lakehouse run` makes it:
+        # one query, which resumes the stream's topic query where it stopped; else the flows' own runs, each from
+        # the fused query's records.
         sent.send(101 + 2 * turn, 20 * turn + 10, n=400)
-        for flow in FLOWS:
-            run_flow(spark, flow, ctx)
+        if turn == 1:
+            (group,) = topic_groups(FLOWS).values()
+            assert takeover(spark, group, ctx) == "resume"
+            outcomes = list(run_flows(spark, FLOWS, ctx, parallel=3, one_query_per_topic=True))
+            assert [o.error for o in outcomes if o.error] == [] and len(spark.streams.active) == 0
+            assert {o.flow.name for o in outcomes} == {f.name for f in FLOWS}
+        else:
+            for flow in FLOWS:
+                run_flow(spark, flow, ctx)
         assert complete(), f"turn {turn}: the triggered runs missed what was sent while the stream was stopped"
 
     bronze = rows(spark, shop.ORDERS.bronze_table, ctx, "topic", "partition", "offset")

@@ -126,3 +126,46 @@ def test_a_free_slot_is_filled_while_the_caller_still_holds_an_ended_flow():
     assert first == FLOWS[0].name and started_meanwhile, runner.events
     waits = upstream(FLOWS)
     assert first not in waits[started_meanwhile[0]]   # it does not read the table of the flow still being handled
+
+
+def test_a_topics_flows_run_as_one_unit_after_its_lookups_and_what_the_query_leaves_runs_alone(monkeypatch):
+    """With one query per topic, each topic's bronze, silver and the flows reading only that silver are one unit,
+    started only after the flows writing their lookups ended; the flows its query did not run (here the orders
+    topic's query stops after bronze, and the payments topic's runs none) then start on their own, each after its
+    inputs; every flow ends once."""
+    from lakehouse.streaming import parallel_runs
+    from lakehouse.streaming.topic_runs import TopicRun
+
+    units: list[list[str]] = []
+    lock = threading.Lock()
+
+    def fake_topic(spark, group, ctx) -> TopicRun:
+        names = [f.name for f in (group.bronze, group.silver, *group.members)]
+        with lock:
+            units.append(names)
+        if group.bronze.name == "bronze_orders":
+            return TopicRun(runs={"bronze_orders": FlowRun(flow="bronze_orders", table="bronze_orders")},
+                            rest=[group.silver, *group.members])
+        if group.bronze.name == "bronze_payments":     # one query cannot take them over: each runs alone
+            return TopicRun(rest=[group.bronze, group.silver])
+        return TopicRun(runs={n: FlowRun(flow=n, table=n) for n in names})
+
+    monkeypatch.setattr(parallel_runs, "run_topic_group", fake_topic)
+    alone = Recorder()
+    ended: list[str] = []
+    for outcome in run_flows(None, FLOWS, None, parallel=3, run=alone, one_query_per_topic=True):
+        assert outcome.error is None and outcome.skipped is None, outcome
+        ended.append(outcome.flow.name)
+    assert sorted(ended) == sorted(f.name for f in FLOWS)
+    assert len(units) == 5 and {u[0] for u in units} == {f.name for f in FLOWS if f.name.startswith("bronze_")}
+    # The enriched tables read the dimensions: their topics' queries start after the dimensions' queries ended.
+    started = [u[0] for u in units]
+    for reader in ("bronze_orders", "bronze_page_views"):
+        assert started.index(reader) > max(started.index("bronze_products"), started.index("bronze_customers"))
+    # `run` saw every flow: the fused ones' runs handed through it, the rest run by it; the orders topic's flows
+    # other than bronze only after bronze_orders had ended.
+    seen = [name for kind, name in alone.events if kind == "start"]
+    assert sorted(seen) == sorted(f.name for f in FLOWS)
+    assert ended.index("bronze_orders") < min(ended.index(n) for n in ("silver_orders", "gold_revenue_per_minute"))
+    assert seen.index("bronze_payments") < seen.index("silver_payments")
+    assert [u for u in units if u[0] == "bronze_payments"] == [["bronze_payments", "silver_payments"]]
