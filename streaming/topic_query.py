@@ -255,11 +255,20 @@ def start_topic_query(spark: SparkSession, group: TopicGroup, ctx: FlowContext, 
     for folder in (*(f.checkpoint(ctx) for f in (bronze, silver, *members)), own):
         delete_tree(spark, folder)   # the flows rebuild theirs from the tables when they run again
     starting, said = after_bronze(spark, bronze, ctx)
-    writer = TopicWriter(group, ctx, checkpoint=own, members=tuple(members))
-    stream = read_kafka_stream(spark, bronze.source, ctx, starting_offsets=starting)
-    query_writer = (stream.writeStream.queryName(silver.name).option("checkpointLocation", own)
-                    .trigger(**trigger).foreachBatch(writer))
-    query = in_flow_pool(spark, silver, query_writer.start)
-    write_members(spark, own, tuple(members))
+    query, writer = start_query(spark, TopicGroup(bronze, silver, tuple(members)), ctx, trigger=trigger,
+                                starting_offsets=starting)
     log.info("one query now writes %s, from %s", ", ".join(f.target.name for f in (bronze, silver, *members)), said)
     return Started(query, writer, left_out, caught_up)
+
+
+def start_query(spark: SparkSession, group: TopicGroup, ctx: FlowContext, *, trigger: dict[str, Any],
+                starting_offsets: str | None) -> tuple[StreamingQuery, TopicWriter]:
+    """Start the topic's query on its checkpoint (a new one at `starting_offsets`) over the group's members."""
+    own = checkpoint(group.silver, ctx)
+    writer = TopicWriter(group, ctx, checkpoint=own, members=group.members)
+    stream = read_kafka_stream(spark, group.bronze.source, ctx, starting_offsets=starting_offsets)
+    query_writer = (stream.writeStream.queryName(group.silver.name).option("checkpointLocation", own)
+                    .trigger(**trigger).foreachBatch(writer))
+    query = in_flow_pool(spark, group.silver, query_writer.start)
+    write_members(spark, own, group.members)
+    return query, writer

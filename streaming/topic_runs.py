@@ -41,13 +41,14 @@ from lakehouse.streaming.kafka_topics import KafkaUnreachable, admin_client
 from lakehouse.streaming.lake_files import delete_tree, has_delta_log
 from lakehouse.streaming.positions import inspect_checkpoint, parse_metadata, read_text
 from lakehouse.streaming.runner import (
-    BrokerWatchdog, FlowRun, KafkaLost, _lost, _raise_if_kafka_lost, after_bronze, finished_run, in_flow_pool,
+    BrokerWatchdog, FlowRun, KafkaLost, _lost, _raise_if_kafka_lost, after_bronze, finished_run, first_line,
 )
 from lakehouse.streaming.shared_tables import ensure_shared_tables
-from lakehouse.streaming.sources import read_kafka_stream, stream_path
-from lakehouse.streaming.topic_query import MEMBERS_FILE, TopicGroup, TopicWriter, checkpoint, write_members
+from lakehouse.streaming.sources import stream_path
+from lakehouse.streaming.topic_query import MEMBERS_FILE, TopicGroup, checkpoint, start_query
 
 log = logging.getLogger(__name__)
+
 
 @dataclass
 class TopicRun:
@@ -137,13 +138,7 @@ def run_topic_group(spark: SparkSession, group: TopicGroup, ctx: FlowContext) ->
         starting, said = after_bronze(spark, group.bronze, ctx)
     started = time.monotonic()
     before = {f.name: table_version(spark, f.target.path(ctx.lake_root)) for f in fused}
-    writer = TopicWriter(group, ctx, checkpoint=own, members=group.members)
-    stream = read_kafka_stream(spark, group.bronze.source, ctx, starting_offsets=starting)
-    query_writer = (stream.writeStream.queryName(group.silver.name).option("checkpointLocation", own)
-                    .trigger(availableNow=True).foreachBatch(writer))
-    query = in_flow_pool(spark, group.silver, query_writer.start)
-    if how == "new":
-        write_members(spark, own, group.members)
+    query, writer = start_query(spark, group, ctx, trigger={"availableNow": True}, starting_offsets=starting)
     log.info("one query catches up %s, from %s", ", ".join(f.target.name for f in fused), said)
     watchdog = BrokerWatchdog(query, ctx.kafka_bootstrap)
     failed: BaseException | None = None
@@ -178,8 +173,7 @@ def run_topic_group(spark: SparkSession, group: TopicGroup, ctx: FlowContext) ->
                                                   if c.operation == "WRITE")
     if failed is not None:
         log.warning("the query of %s stopped (%s); %s catch up as their own queries", group.bronze.source.name,
-                    str(failed).strip().splitlines()[0][:300] if str(failed).strip() else type(failed).__name__,
-                    ", ".join(f.name for f in (group.silver, *group.members)))
+                    first_line(failed), ", ".join(f.name for f in (group.silver, *group.members)))
         out.rest = [group.silver, *group.members, *waiting]
         return out
     writers = {group.silver.name: writer.silver, **{name: m.writer for name, m in writer.members.items()}}
