@@ -215,6 +215,9 @@ class StreamProcess:
 class SteadyProducer:
     """Sends `total` generated records at a steady (adjustable) rate from a thread; keeps what the broker acked.
 
+    The shop's catalog (its products and customers, which the generator sends first) goes at once: it is the
+    reference data a shop has before its first event, and paced it kept every event off the topics for minutes.
+
     The project's producer settings (streaming.producer: idempotent, acks=all); while the broker is away
     librdkafka buffers and retries (message.timeout.ms 5 minutes), so a record is either acknowledged
     with its coordinates, or failed with an error: only acknowledged records count as produced.
@@ -227,6 +230,7 @@ class SteadyProducer:
         self.total = total
         self.rate = rate
         self.generator = ShopGenerator(seed=seed, start=start, events_per_second=EVENTS_PER_SECOND_OF_EVENT_TIME, mix=mix)
+        self.catalog = len(self.generator.products) + len(self.generator.customers)   # sent unpaced
         self.records: list[Any] = []           # GeneratedRecord, by index
         self.acked: dict[int, Coords] = {}
         self.failed: dict[int, str] = {}
@@ -274,6 +278,8 @@ class SteadyProducer:
 
             next_at = time.monotonic()
             for index in range(self.total):
+                if index <= self.catalog:
+                    next_at = time.monotonic()        # pacing starts with the first event
                 while (wait := next_at - time.monotonic()) > 0:
                     producer.poll(wait)               # serves delivery reports; returns early when one comes
                 if time.monotonic() - next_at > 1.0:

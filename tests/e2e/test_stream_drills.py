@@ -1,5 +1,5 @@
-"""The fault drills of bench/drills.py, scaled down for CI: `lakehouse stream gold_revenue_per_minute
-silver_page_views` killed with SIGKILL (its whole process group) three times while events are produced,
+"""The fault drills of bench/drills.py, scaled down for CI: `lakehouse stream gold_revenue_per_minute` (the orders
+path: bronze, silver and a window table) killed with SIGKILL (its whole process group) three times while events are produced,
 restarted each time in the other mode (a query per flow, one query per topic), and the broker killed once
 under it; each time nothing is lost or duplicated in any layer, every silver
 and gold table equals the batch lane's recomputation, and gold_revenue_per_minute equals plain Python.
@@ -20,7 +20,9 @@ from lakehouse.streaming.kafka_topics import ensure_topics
 from tests.conftest import free_port
 
 
-TABLES = ("gold_revenue_per_minute", "silver_page_views")   # 5 flows: bronze and silver of two topics, one gold
+# 3 flows, one per layer: every kill point and handover of the full drills, without the second topic's queries,
+# which doubled the stream's work on two cores (the full drills stream more tables).
+TABLES = ("gold_revenue_per_minute",)
 EVENTS = 1000
 LOSS_EVENTS = 600    # at 8/s after the first commit: about a minute of producing, across the 25 s loss and the recovery
 SMALL = {"LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "400"}       # a restart's backlog in a few bronze batches, not one
