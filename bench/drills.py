@@ -810,7 +810,7 @@ def run_broker_loss(settings: Any, *, losses: int = 3, down_s: Sequence[float] =
     the producer sends at that rate until the stream's first commit and at `rate` from then on, so that a slow
     start (minutes on a loaded machine) does not see most events sent before the first loss. With
     `commit_while_down` (a cluster), the broker stays away at least `down_s` and until a Kafka flow has committed
-    a batch without it (up to `commit_timeout_s`).
+    a batch and the others have acknowledged a record without it (up to `commit_timeout_s` each).
     """
     from lakehouse.infra.kafka_broker import BrokerError, local_node
     from lakehouse.schemas.topics import TopicSpec
@@ -854,6 +854,14 @@ def run_broker_loss(settings: Any, *, losses: int = 3, down_s: Sequence[float] =
             if commit_while_down:
                 wait_for_commit(stream, kafka_flows, settings.lake_root, at_loss, commit_timeout_s,
                                 f"a batch of a Kafka flow while the broker was away (loss {n})")
+                # And a record acknowledged by the others: the producer may need the dead node's leadership moved
+                # first (its session timeout), and a bronze commit can come sooner.
+                deadline = time.monotonic() + commit_timeout_s
+                while len(producer.acked) <= event.acked and producer.running():
+                    if time.monotonic() > deadline:
+                        raise DrillError(f"no record was acknowledged within {commit_timeout_s:.0f} s while the "
+                                         f"broker {node.bootstrap} was away (loss {n})")
+                    sleep_alive(stream, 0.5, f"while the broker was away (loss {n})")
             event.acked_while_down = len(producer.acked) - event.acked
             moved = newest_batches(kafka_flows, settings.lake_root)
             event.committed_while_down = [f for f in moved if moved[f] > at_loss.get(f, -1)]

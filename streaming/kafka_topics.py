@@ -5,13 +5,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from lakehouse.infra.settings import SettingsError
 from lakehouse.schemas.topics import TopicSpec
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -133,10 +135,16 @@ _LEADERSHIP_SETTLING = {
 def end_offsets(admin: AdminClient, topic: str, partitions: int, timeout_s: float = 15) -> dict[int, int]:
     """The next offset of each partition; waits out leader election on a topic just created."""
     requests = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    return _settled(lambda: {tp.partition: fut.result().offset for tp, fut in admin.list_offsets(requests).items()},
+                    timeout_s)
+
+
+def _settled(ask: Callable[[], T], timeout_s: float = 15) -> T:
+    """`ask()`, asked again while the cluster's answer is one that settles by itself after a topic's creation."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return {tp.partition: fut.result().offset for tp, fut in admin.list_offsets(requests).items()}
+            return ask()
         except KafkaException as exc:
             err = exc.args[0]
             settling = err.retriable() or err.code() in _LEADERSHIP_SETTLING
@@ -163,7 +171,9 @@ def describe_topics(admin: AdminClient, specs: Iterable[TopicSpec], created: set
     specs = list(specs)
     metadata = admin.list_topics(timeout=10).topics
     resources = [ConfigResource(ResourceType.TOPIC, s.name) for s in specs if s.name in metadata]
-    configs = {res.name: fut.result() for res, fut in admin.describe_configs(resources).items()} if resources else {}
+    # On a cluster, the broker asked may learn of a topic just created after the one that listed it.
+    configs = _settled(lambda: {res.name: fut.result() for res, fut in admin.describe_configs(resources).items()}
+                       ) if resources else {}
     statuses = []
     for spec in specs:
         if spec.name not in metadata:

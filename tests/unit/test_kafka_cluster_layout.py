@@ -168,3 +168,11 @@ def test_status_of_a_cluster_never_started(clean_env, capsys):
     assert cli.main(["kafka", "status"]) == 1
     out = capsys.readouterr().out
     assert "not running" in out and "127.0.0.1:9092, 127.0.0.1:9094, 127.0.0.1:9096" in out
+
+
+@pytest.mark.parametrize("heap, buffer", [("256m", 64 << 20), ("512m", 128 << 20), ("4g", 128 << 20)])
+def test_the_log_cleaners_buffer_fits_the_heap(tmp_path: Path, heap: str, buffer: int):
+    """The log cleaner's dedupe buffer, allocated on the heap at start, is a quarter of a small heap and Kafka's
+    128 MiB default otherwise (its default in a 256m heap killed a node with OutOfMemoryError now and then)."""
+    s = Settings(home=str(tmp_path), kafka_heap=heap)
+    assert props(local_node(s).server_properties())["log.cleaner.dedupe.buffer.size"] == str(buffer)
