@@ -230,7 +230,7 @@ class SteadyProducer:
         self.total = total
         self.rate = rate
         self.generator = ShopGenerator(seed=seed, start=start, events_per_second=EVENTS_PER_SECOND_OF_EVENT_TIME, mix=mix)
-        self.catalog = len(self.generator.products) + len(self.generator.customers)   # sent unpaced
+        self.catalog = len(self.generator.products) + len(self.generator.customers)     # sent unpaced
         self.records: list[Any] = []           # GeneratedRecord, by index
         self.acked: dict[int, Coords] = {}
         self.failed: dict[int, str] = {}

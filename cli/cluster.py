@@ -6,18 +6,13 @@ import argparse
 import sys
 import time
 
-from lakehouse.infra.settings import MEMORY, Settings
+from lakehouse.infra.settings import MEMORY, Settings, memory_bytes
 
 
 def _memory(text: str) -> str:
     if not MEMORY.check(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a size; {MEMORY.allowed}")
     return text
-
-
-def _mib(value: str) -> int:
-    """A Spark size such as 512m or 2g in MiB."""
-    return int(value[:-1]) * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 ** 2}[value[-1].lower()]
 
 
 def add_cluster_commands(sub: argparse._SubParsersAction) -> None:
@@ -84,7 +79,7 @@ def _start(settings: Settings, args: argparse.Namespace) -> int:
           f"{state['cores']} cores. Logs and PID files in {cluster_dir(settings)}.")
     print(f"Run the lakehouse on it:\n  export LAKEHOUSE_SPARK_MASTER={spec.master_url}")
     executor = settings.spark_conf.get("spark.executor.memory", EXECUTOR_MEMORY)
-    if MEMORY.check(executor) and _mib(executor) > _mib(spec.memory):
+    if MEMORY.check(executor) and memory_bytes(executor) > memory_bytes(spec.memory):
         print(f"warning: an application's executor asks for {executor} (spark.executor.memory), more than a worker "
               f"offers ({spec.memory}): no executor would start and its jobs would wait forever; start the workers "
               f"with --memory {executor}.")

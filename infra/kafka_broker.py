@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lakehouse.infra.jars import jar_paths
 from lakehouse.infra.processes import pid_alive, port_is_free, process_args, terminate  # noqa: F401 - re-exported
-from lakehouse.infra.settings import Settings
+from lakehouse.infra.settings import Settings, memory_bytes
 
 log = logging.getLogger(__name__)
 
@@ -22,13 +22,6 @@ LOG4J2_FILE = Path(__file__).resolve().parent / "conf" / "kafka-log4j2.propertie
 
 class BrokerError(RuntimeError):
     """The broker cannot be started or reached; the message says why and what to do."""
-
-
-def heap_bytes(size: str) -> int:
-    """Bytes of a JVM memory size such as 512m or 2g (a number alone is bytes)."""
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    unit = size[-1].lower()
-    return int(size[:-1]) * units[unit] if unit in units else int(size)
 
 
 @dataclass(frozen=True)
@@ -96,7 +89,7 @@ class KafkaNode:
             "num.partitions": 1,
             # The log cleaner allocates this on the heap at start: Kafka's 128 MiB default in a 256m heap made a
             # node die with OutOfMemoryError while starting now and then. A quarter of the heap, at most that.
-            "log.cleaner.dedupe.buffer.size": min(128 << 20, heap_bytes(self.heap) // 4),
+            "log.cleaner.dedupe.buffer.size": min(128 << 20, memory_bytes(self.heap) // 4),
         }
         if self.cluster_size > 1:
             # What `lakehouse topics` creates with (replication factor -1: the cluster's default). With RF 3 and

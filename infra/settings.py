@@ -136,6 +136,11 @@ DURATION = _matching(rf"{_DURATION_PART}(?: {_DURATION_PART})*",
                      'use a Spark interval such as "30 seconds", "10 minutes", "1 hour" or "1 day 12 hours"', re.I)
 JAVA_OPTIONS = _matching(r"-\S+(?:\s+-\S+)*", "use JVM options, each starting with '-', separated by spaces")
 MEMORY = _matching(r"[1-9]\d*[kmgt]", "use a size such as 512m or 2g (k, m, g or t)", re.I)
+
+
+def memory_bytes(size: str) -> int:
+    """Bytes of a JVM memory size that MEMORY allows, such as 512m or 2g."""
+    return int(size[:-1]) * {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[size[-1].lower()]
 # At most six digits: Delta parses the size into a long and refuses one that overflows it when the stream starts.
 BYTES_OR_ZERO = _matching(r"0|[1-9]\d{0,5}[kmgt]", "use a size such as 128m or 1g (k, m, g or t, up to 6 digits), or 0",
                           re.I)

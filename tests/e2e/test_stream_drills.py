@@ -1,6 +1,6 @@
-"""The fault drills of bench/drills.py, scaled down for CI: `lakehouse stream gold_revenue_per_minute` (the orders
-path: bronze, silver and a window table) killed with SIGKILL (its whole process group) three times while events are produced,
-restarted each time in the other mode (a query per flow, one query per topic), and the broker killed once
+"""The fault drills of bench/drills.py, scaled down for CI: `lakehouse stream gold_revenue_per_minute` (the
+orders path: bronze, silver and a window table) killed with SIGKILL (its whole process group) three times while
+events are produced, restarted each time in the other mode (a query per flow, one query per topic), and the broker killed once
 under it; each time nothing is lost or duplicated in any layer, every silver
 and gold table equals the batch lane's recomputation, and gold_revenue_per_minute equals plain Python.
 
