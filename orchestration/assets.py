@@ -1,7 +1,7 @@
 """Asset factories: one asset per Kafka topic spec and one per Delta table, built from the specs and flows."""
 
 import warnings
-from datetime import date
+from datetime import date, datetime, timezone
 from typing import Iterator
 
 import dagster as dg
@@ -31,6 +31,7 @@ from lakehouse.streaming.kafka_topics import KafkaUnreachable, TopicStatus, Topi
 from lakehouse.streaming.runner import CheckpointUnusable, FlowRun, QualityStopped, first_line, run_flow, table_version
 from lakehouse.streaming.lake_files import has_delta_log
 from lakehouse.streaming.delta_files import table_columns, type_name
+from lakehouse.streaming.table_stats import counts_by, file_stats, row_count, time_range as stats_time_range
 
 TOPIC_CHECK = "matches_spec"
 QUALITY_CHECK = "expectations"
@@ -108,15 +109,8 @@ def _column_schema(df: DataFrame, docs: dict[str, str]) -> dg.TableSchema:
 
 def _table_metadata(main: FlowRun, table_df: DataFrame, path: str, docs: dict[str, str],
                     time_range: tuple[str, str] | None = None) -> dict[str, object]:
-    """The run's figures and the table's rows and columns; `time_range`: also the event time it covers.
-
-    The row count and the time range come from one aggregation: a query each would plan and run its
-    own Spark jobs, a second or so per gold table in a catch-up.
-    """
-    figures = [F.count(F.lit(1)).alias("rows")]
-    if time_range is not None:
-        figures += [F.min(time_range[0]).alias("first"), F.max(time_range[1]).alias("last")]
-    totals = table_df.agg(*figures).first()
+    """The run's figures and the table's rows and columns; `time_range`: also the event time it covers."""
+    rows, first, last = _rows_and_range(table_df, path, time_range)
     metadata: dict[str, object] = {
         "rows_written": main.rows_written,
         "input_rows": main.input_rows,
@@ -124,11 +118,11 @@ def _table_metadata(main: FlowRun, table_df: DataFrame, path: str, docs: dict[st
         "delta_version": main.delta_version if main.delta_version is not None else -1,
         "duration_s": main.duration_s,
         "path": dg.MetadataValue.path(path),
-        "dagster/row_count": totals["rows"],
+        "dagster/row_count": rows,
         "dagster/column_schema": _column_schema(table_df, docs),
     }
-    if time_range is not None and totals["first"] is not None:
-        metadata.update({"event_time_from": str(totals["first"]), "event_time_to": str(totals["last"])})
+    if first is not None:
+        metadata.update({"event_time_from": _shown(first), "event_time_to": _shown(last)})
     if main.kafka_offsets:
         metadata["kafka_offsets"] = dg.MetadataValue.json(main.kafka_offsets)
         metadata["records_consumed"] = sum(r["count"] for r in main.kafka_offsets.values())
@@ -150,12 +144,49 @@ def _table_metadata(main: FlowRun, table_df: DataFrame, path: str, docs: dict[st
     return metadata
 
 
+def _rows_and_range(table_df: DataFrame, path: str, time_range: tuple[str, str] | None) -> tuple[int, object, object]:
+    """The table's rows and the least and greatest of its time columns: from its files' statistics when its checksum
+    lists them, else from one aggregation (a query each would plan and run its own Spark jobs)."""
+    spark = table_df.sparkSession
+    stats = file_stats(spark, path, version) if (version := table_version(spark, path)) is not None else None
+    span = (None, None) if time_range is None or stats is None else stats_time_range(stats, *time_range)
+    if stats is not None and span is not None:
+        return row_count(stats), span[0], span[1]
+    figures = [F.count(F.lit(1)).alias("rows")]
+    if time_range is not None:
+        figures += [F.min(time_range[0]).alias("first"), F.max(time_range[1]).alias("last")]
+    totals = table_df.agg(*figures).first()
+    return totals["rows"], totals["first"] if time_range else None, totals["last"] if time_range else None
+
+
+def _shown(when: object) -> str:
+    """An event time as metadata shows it: UTC to the millisecond (Delta's statistics keep no finer)."""
+    if isinstance(when, datetime):
+        return when.astimezone(timezone.utc).isoformat(sep=" ", timespec="milliseconds")
+    return str(when)
+
+
+def _counts_by(spark, path: str, by: tuple[str, ...], where: tuple[str, str] | None = None) -> dict[tuple, int]:
+    """The table's rows by the values of `by` (only those whose `where` column holds the given value): from its
+    files' statistics when they say, else from a Spark job."""
+    columns = by + ((where[0],) if where else ())
+    version = table_version(spark, path)
+    stats = file_stats(spark, path, version) if version is not None else None
+    counts = counts_by(stats, columns) if stats is not None else None
+    if counts is not None:
+        return {key[:len(by)]: rows for key, rows in counts.items() if where is None or key[-1] == where[1]}
+    df = spark.read.format("delta").load(path)
+    if where is not None:
+        df = df.where(F.col(where[0]) == where[1])
+    return {tuple(row[:-1]): row[-1] for row in df.groupBy(*by).count().collect()}
+
+
 def _late_total(spark, flow: Flow, lake_root: str) -> dict[str, object]:
     """Rows this flow has ever sent to late_arrivals (the run's own count is `late_arrivals`)."""
     path = LATE_ARRIVALS.path(lake_root)
     if not has_delta_log(spark, path):
         return {"late_arrivals_total": 0}
-    return {"late_arrivals_total": read_table(spark, LATE_ARRIVALS, lake_root).where(F.col("flow") == flow.name).count()}
+    return {"late_arrivals_total": sum(_counts_by(spark, path, (), ("flow", flow.name)).values())}
 
 
 def caught_up_metadata(context_log, session, main: Flow, run: FlowRun, ctx, docs: dict[str, str]) -> dict[str, object]:
@@ -390,15 +421,20 @@ def _side_table_metadata(spark, table: TableSpec, lake_root: str) -> dict[str, o
     path = table.path(lake_root)
     if not has_delta_log(spark, path):
         return None
-    df = read_table(spark, table, lake_root)
     by = _BREAKDOWN.get(table.name, ())
-    counts = {"/".join(str(v) for v in row[:-1]): row[-1] for row in df.groupBy(*by).count().orderBy(*by).collect()}
+    counts = {"/".join(str(v) for v in key): rows
+              for key, rows in sorted(_counts_by(spark, path, by).items(), key=lambda kv: _order(kv[0]))}
     return {
         "dagster/row_count": sum(counts.values()),
         f"by_{'_'.join(by)}": dg.MetadataValue.json(counts),
         "delta_version": table_version(spark, path),
         "path": dg.MetadataValue.path(path),
     }
+
+
+def _order(key: tuple) -> tuple:
+    # Spark's orderBy puts nulls first.
+    return tuple((v is not None, v) for v in key)
 
 
 def side_table_spec(table: TableSpec, writers: list[str], columns: dg.TableSchema | None = None) -> dg.AssetSpec:

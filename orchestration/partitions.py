@@ -12,7 +12,8 @@ from lakehouse.batch.compare import day_sql
 from lakehouse.schemas import sources
 from lakehouse.streaming.delta_files import first_date
 from lakehouse.schemas.tables import TableSpec
-from lakehouse.streaming.lake_files import children
+from lakehouse.streaming.delta_log import commit_actions
+from lakehouse.streaming.lake_files import DELTA_LOG_VERSION_FILE, children
 
 def daily(first_day: str | None = None) -> dg.DailyPartitionsDefinition:
     """One partition per UTC event date from `first_day` (default today's), today's included (a stream writes it
@@ -70,14 +71,14 @@ def touched_days(spark: SparkSession, table: TableSpec, path: str, after_version
     file holds rows of it.
     """
     start = -1 if after_version is None else after_version
-    commits = [f for f in children(spark, f"{path.rstrip('/')}/_delta_log") if f.endswith(".json")]
-    files = [f for f in commits if int(f.rsplit("/", 1)[-1].split(".")[0]) > start]
-    if not files:
-        return []
+    names = (f.rsplit("/", 1)[-1] for f in children(spark, f"{path.rstrip('/')}/_delta_log"))
+    versions = sorted(v for name in names if (m := DELTA_LOG_VERSION_FILE.match(name)) and m.group(2) == "json"
+                      and (v := int(m.group(1))) > start)
+    # Each commit file read through Hadoop's FileSystem: a Spark job over a few small files cost more than the reads.
+    actions = [a for v in versions for a in commit_actions(spark, path, v) or ()]
     days: set[str] = set()
     column = table.time_range[0] if table.time_range else None
-    for line in spark.read.text(files).collect():
-        action = json.loads(line[0])
+    for action in actions:
         add = action.get("add")
         if not add or not add.get("dataChange", True):
             continue

@@ -74,10 +74,11 @@ def txn_version(spark: SparkSession, path: str, app_id: str) -> int | None:
     return int(found.get()) if found.isDefined() else None
 
 
-def _read_commit(spark: SparkSession, path: str, version: int) -> Commit | None:
-    """The commit's `commitInfo` (None when its file is gone: log cleanup removes the oldest)."""
+def _log_lines(spark: SparkSession, path: str, name: str) -> Iterator[str] | None:
+    """The lines of one file of the table's log, read lazily (None when the file is gone: log cleanup removes the
+    oldest commits, and a checksum file is written after its commit)."""
     jvm = spark._jvm
-    fs, file = hadoop_fs(spark, f"{path.rstrip('/')}/_delta_log/{version:020d}.json")
+    fs, file = hadoop_fs(spark, f"{path.rstrip('/')}/_delta_log/{name}")
     try:
         stream = fs.open(file)
     except Py4JJavaError as exc:
@@ -85,17 +86,48 @@ def _read_commit(spark: SparkSession, path: str, version: int) -> Commit | None:
             return None
         raise
     reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(stream, "UTF-8"))
+
+    def lines() -> Iterator[str]:
+        try:
+            while (line := reader.readLine()) is not None:
+                yield line
+        finally:
+            reader.close()
+    return lines()
+
+
+def _read_commit(spark: SparkSession, path: str, version: int) -> Commit | None:
+    """The commit's `commitInfo` (None when its file is gone: log cleanup removes the oldest)."""
+    lines = _log_lines(spark, path, f"{version:020d}.json")
+    if lines is None:
+        return None
     info: dict = {}
-    try:
-        # One action per line; Delta writes commitInfo first, so this seldom reads past the first line.
-        while (line := reader.readLine()) is not None:
-            if '"commitInfo"' in line[:20]:
-                info = json.loads(line)["commitInfo"]
-                break
-    finally:
-        reader.close()
+    # One action per line; Delta writes commitInfo first, so this seldom reads past the first line.
+    for line in lines:
+        if '"commitInfo"' in line[:20]:
+            info = json.loads(line)["commitInfo"]
+            break
+    lines.close()
     return Commit(version, info.get("operation", ""), dict(info.get("operationMetrics") or {}),
                   dict(info.get("operationParameters") or {}), info.get("userMetadata"), int(info.get("timestamp") or 0))
+
+
+def commit_actions(spark: SparkSession, path: str, version: int) -> list[dict] | None:
+    """Every action of one commit, parsed (None when its file is gone)."""
+    lines = _log_lines(spark, path, f"{version:020d}.json")
+    return None if lines is None else [json.loads(line) for line in lines if line.strip()]
+
+
+def checksum(spark: SparkSession, path: str, version: int) -> dict | None:
+    """The version's checksum file `<version>.crc` (Delta writes one after each commit: the table's size, files,
+    metadata and, for tables of few files, every file with its statistics); None when it is missing or unreadable."""
+    lines = _log_lines(spark, path, f"{version:020d}.crc")
+    if lines is None:
+        return None
+    try:
+        return json.loads("".join(lines))
+    except ValueError:
+        return None
 
 
 def commits_after(spark: SparkSession, path: str, after_version: int | None) -> list[Commit]:
