@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,12 @@ def test_start_and_status_show_three_nodes_and_the_quorum(cluster):
     assert f"Bootstrap: {settings.kafka_bootstrap}" in status.stdout
 
 
+def _in_sync(metadata) -> bool:
+    listed = metadata.topics
+    return all(s.name in listed and all(len(p.isrs) == 3 for p in listed[s.name].partitions.values())
+               for s in topics.ALL)
+
+
 def test_topics_follow_the_cluster_rf_3_min_isr_2(cluster):
     """With the default replication factor (0: the cluster's), every partition of every topic has three replicas in
     sync and min.insync.replicas 2; a factor above the brokers up is one sentence."""
@@ -99,7 +106,10 @@ def test_topics_follow_the_cluster_rf_3_min_isr_2(cluster):
     assert "LAKEHOUSE_KAFKA_REPLICATION_FACTOR=4" in str(info.value) and "\n" not in str(info.value)
     ensure_topics(settings.kafka_bootstrap, topics.ALL)
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-    metadata = admin.list_topics(timeout=10)
+    # Each node learns of a new topic on its own: this client may ask one that has not yet (a CI run did).
+    deadline = time.monotonic() + 30
+    while not _in_sync(metadata := admin.list_topics(timeout=10)) and time.monotonic() < deadline:
+        time.sleep(0.5)
     for spec in topics.ALL:
         parts = metadata.topics[spec.name].partitions.values()
         assert len(parts) == spec.partitions
