@@ -148,7 +148,7 @@ def _rows_and_range(table_df: DataFrame, path: str, time_range: tuple[str, str] 
     """The table's rows and the least and greatest of its time columns: from its files' statistics when its checksum
     lists them, else from one aggregation (a query each would plan and run its own Spark jobs)."""
     spark = table_df.sparkSession
-    stats = file_stats(spark, path, version) if (version := table_version(spark, path)) is not None else None
+    stats = file_stats(spark, path)
     span = (None, None) if time_range is None or stats is None else stats_time_range(stats, *time_range)
     if stats is not None and span is not None:
         return row_count(stats), span[0], span[1]
@@ -170,8 +170,7 @@ def _counts_by(spark, path: str, by: tuple[str, ...], where: tuple[str, str] | N
     """The table's rows by the values of `by` (only those whose `where` column holds the given value): from its
     files' statistics when they say, else from a Spark job."""
     columns = by + ((where[0],) if where else ())
-    version = table_version(spark, path)
-    stats = file_stats(spark, path, version) if version is not None else None
+    stats = file_stats(spark, path)
     counts = counts_by(stats, columns) if stats is not None else None
     if counts is not None:
         return {key[:len(by)]: rows for key, rows in counts.items() if where is None or key[-1] == where[1]}

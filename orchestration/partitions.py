@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from lakehouse.batch.compare import day_sql
 from lakehouse.schemas import sources
-from lakehouse.streaming.delta_files import first_date
+from lakehouse.streaming.delta_files import first_date, stat_time
 from lakehouse.schemas.tables import TableSpec
 from lakehouse.streaming.delta_log import commit_actions
 from lakehouse.streaming.lake_files import DELTA_LOG_VERSION_FILE, children
@@ -93,6 +93,5 @@ def touched_days(spark: SparkSession, table: TableSpec, path: str, after_version
 
 
 def _dates_between(low: str, high: str) -> list[str]:
-    first = datetime.fromisoformat(low.replace("Z", "+00:00")).astimezone(timezone.utc).date()
-    last = datetime.fromisoformat(high.replace("Z", "+00:00")).astimezone(timezone.utc).date()
+    first, last = (d.date() if isinstance(d := stat_time(v), datetime) else d for v in (low, high))
     return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]

@@ -105,8 +105,18 @@ def _file_first_date(add: dict, column: str) -> date | None:
     if value is None and add.get("stats"):
         stats = add["stats"] if isinstance(add["stats"], dict) else json.loads(add["stats"])
         value = (stats.get("minValues") or {}).get(column)
-    if not value:
+    when = stat_time(value) if value else None
+    return when.date() if isinstance(when, datetime) else when
+
+
+def stat_time(value: object) -> datetime | date | None:
+    """A time column's value as the log writes it (a date, or a timestamp in ISO text with its offset) as Python's,
+    timestamps in UTC; None for anything else."""
+    if not isinstance(value, str):
         return None
-    if len(value) == 10:
-        return date.fromisoformat(value)
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc).date()
+    try:
+        if len(value) == 10:
+            return date.fromisoformat(value)
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
+    except ValueError:
+        return None

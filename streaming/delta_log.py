@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Generator, Iterator
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
@@ -74,7 +74,7 @@ def txn_version(spark: SparkSession, path: str, app_id: str) -> int | None:
     return int(found.get()) if found.isDefined() else None
 
 
-def _log_lines(spark: SparkSession, path: str, name: str) -> Iterator[str] | None:
+def _log_lines(spark: SparkSession, path: str, name: str) -> Generator[str, None, None] | None:
     """The lines of one file of the table's log, read lazily (None when the file is gone: log cleanup removes the
     oldest commits, and a checksum file is written after its commit)."""
     jvm = spark._jvm
@@ -87,7 +87,7 @@ def _log_lines(spark: SparkSession, path: str, name: str) -> Iterator[str] | Non
         raise
     reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(stream, "UTF-8"))
 
-    def lines() -> Iterator[str]:
+    def lines() -> Generator[str, None, None]:
         try:
             while (line := reader.readLine()) is not None:
                 yield line

@@ -10,21 +10,24 @@ These functions answer from it, exactly or not at all: None sends the caller to 
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timezone
+from datetime import date, datetime
 
 from pyspark.sql import SparkSession
 
-from lakehouse.streaming.delta_log import checksum
+from lakehouse.streaming.delta_files import stat_time
+from lakehouse.streaming.delta_log import checksum, table_version
 
 # Delta keeps only a prefix of a string in its statistics (dataSkippingStringPrefixLength, 32 by default): a
 # value that long may stand for several, so counts by value take only shorter ones.
 STRING_PREFIX = 32
 
 
-def file_stats(spark: SparkSession, path: str, version: int) -> list[dict] | None:
-    """Each live file's statistics (numRecords, minValues, maxValues, nullCount) at `version`, from its checksum
-    file; None when that file does not list them all, or a file's are missing or loose (deletion vectors)."""
-    crc = checksum(spark, path, version)
+def file_stats(spark: SparkSession, path: str, version: int | None = None) -> list[dict] | None:
+    """Each live file's statistics (numRecords, minValues, maxValues, nullCount) at `version` (default the newest),
+    from its checksum file; None when there is no table, or that file does not list them all, or a file's are
+    missing or loose (deletion vectors)."""
+    version = table_version(spark, path) if version is None else version
+    crc = None if version is None else checksum(spark, path, version)
     files = (crc or {}).get("allFiles")
     if files is None or len(files) != crc.get("numFiles"):
         return None
@@ -53,7 +56,7 @@ def time_range(stats: list[dict], first: str, last: str) -> tuple[datetime | dat
                 if int((s.get("nullCount") or {}).get(column, -1)) != int(s["numRecords"]):
                     return None
                 continue
-            if (when := _when(value)) is None:
+            if (when := stat_time(value)) is None:
                 return None
             into.append(when)
     return min(lows, default=None), max(highs, default=None)
@@ -80,14 +83,3 @@ def counts_by(stats: list[dict], columns: tuple[str, ...]) -> dict[tuple, int] |
         counts[tuple(key)] = counts.get(tuple(key), 0) + rows
     return counts
 
-
-def _when(value: object) -> datetime | date | None:
-    """A statistic of a time column as Python's value (Delta writes timestamps as ISO text with their offset)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        if len(value) == 10:
-            return date.fromisoformat(value)
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
-    except ValueError:
-        return None
