@@ -1,6 +1,6 @@
 """Drill: the cluster profile, all three engines at once, and one Kafka node killed under a stream running on them.
 
-    lakehouse drill cluster [--events N] [--losses L] [--tables TABLE ...] [--keep]
+    lakehouse drill cluster [--events N] [--losses L] [--stream-kills K] [--tables TABLE ...] [--keep]
     .venv/bin/python -m bench.drill_cluster [the same options]
 
 In a state folder of its own, on the ports the cluster profile's settings name (LAKEHOUSE_PROFILE=cluster, each
@@ -8,9 +8,12 @@ variable that is set winning): a Spark standalone master with one worker (`lakeh
 KRaft nodes (`lakehouse kafka start --nodes 3`) and the local S3 server (`lakehouse s3 start`) holding the lake.
 `lakehouse stream` runs its flows on the cluster's executors, reads the three-node Kafka and writes the s3a:// lake;
 the quorum leader's node is killed with SIGKILL while events are produced, stays away until bronze has committed
-without it, and starts again. Then the broker-loss drill's checks (bench/drills.py): bronze holds each acknowledged
-record's coordinates once, silver each valid id once, gold equals the batch lane's recomputation and plain Python;
-and no partition stays under-replicated. Prints the report; exit 0 only when every difference is 0. Everything it
+without it, and starts again; then the stream itself is killed with SIGKILL mid-batch and restarted. Then the
+broker-loss drill's checks (bench/drills.py): bronze holds each acknowledged record's coordinates once, silver each
+valid id once, gold equals the batch lane's recomputation and plain Python; the cluster's executors ran the stream's
+tasks; the S3 server lists bronze's Delta log
+without a gap and the stream's checkpoint, and bronze's previous version reads back with `VERSION AS OF`; and no
+partition stays under-replicated. Prints the report; exit 0 only when every difference is 0. Everything it
 started is stopped by PID at the end.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses as dc
 import os
+import re
 import shutil
 import signal
 import sys
@@ -27,8 +31,9 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Sequence
+from urllib.parse import quote, urlsplit
 
-from bench.drills import DrillReport, run_broker_loss, say
+from bench.drills import Check, DrillReport, run_broker_loss, say
 from lakehouse.infra.settings import Settings
 
 TABLES = ("gold_revenue_per_minute",)   # the orders path: bronze, silver and a window table
@@ -53,8 +58,6 @@ def lake_env(settings: Settings) -> dict[str, str]:
 
 def start_engines(settings: Settings, stack: ExitStack, spark_ui_port: int) -> list[str]:
     """Start the master and a worker, the three Kafka nodes and the S3 server; each is stopped when `stack` closes."""
-    from urllib.parse import urlsplit
-
     from lakehouse.infra import spark_cluster
     from lakehouse.infra.kafka_cluster import cluster_of
     from lakehouse.infra.s3_server import lake_bucket, local_server
@@ -80,7 +83,8 @@ def start_engines(settings: Settings, stack: ExitStack, spark_ui_port: int) -> l
 
 
 def run_cluster_drill(settings: Settings, *, events: int, losses: int, seed: int, tables: Sequence[str],
-                      workdir: Path, rate: float | None = None, spark: Any) -> tuple[DrillReport, list[str]]:
+                      workdir: Path, rate: float | None = None, spark: Any,
+                      stream_kills: int = 1, spark_ui_port: int | None = None) -> tuple[DrillReport, list[str]]:
     """The broker-loss drill with the stream on the cluster; the report and the under-replicated partitions left."""
     from lakehouse.infra.kafka_cluster import cluster_of, quorum, under_replicated
     from lakehouse.schemas import topics
@@ -95,17 +99,85 @@ def run_cluster_drill(settings: Settings, *, events: int, losses: int, seed: int
         settings, node=nodes.node(leader), losses=losses, down_s=(5.0,), events=events, seed=seed, tables=tables,
         spark=spark, workdir=workdir, rate=rate, warm_up_rate=0.5, settle_s=4, commit_timeout_s=600,
         catch_up_s=600, extra_env={**lake_env(settings), "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "200"},
-        verify_layers=("gold",), commit_while_down=True)
+        verify_layers=("gold",), commit_while_down=True, stream_kills=stream_kills)
+    if report.checks:
+        report.checks += lake_checks(settings, spark, tables)
+        if spark_ui_port is not None:
+            report.checks.append(executor_check(settings, spark_ui_port))
     deadline = time.monotonic() + 120
     while (lagging := under_replicated(settings.kafka_bootstrap)[1]) and time.monotonic() < deadline:
         time.sleep(1)
     return report, lagging
 
 
+def lake_checks(settings: Settings, spark: Any, tables: Sequence[str]) -> list[Check]:
+    """What the object store itself holds of the first bronze table: its Delta log as the S3 server lists it (versions
+    0..n, no gap, more than one) with the stream's checkpoint beside it, and its previous version read back."""
+    from bench.drills import _flows
+
+    bronze = next(f.target for f in _flows(tables) if f.target.layer == "bronze")
+    root = urlsplit(settings.lake_root).path.strip("/")
+    log = list_keys(settings, f"{root}/{bronze.layer}/{bronze.name}/_delta_log/")
+    versions = sorted(int(m.group(1)) for k in log if (m := re.search(r"/(\d{20})\.json$", k)))
+    checkpoint = list_keys(settings, f"{root}/{bronze.layer}/_checkpoints/{bronze.name}/")
+    listed = Check("S3 server", bronze.name, len(versions),
+                   int(versions != list(range(len(versions))) or len(versions) < 2) + int(not checkpoint),
+                   "Delta log versions listed by the S3 server (0..n, no gap, at least 2), and the stream's checkpoint")
+    if listed.differences:
+        listed.samples.append(f"versions {versions[:10]}, checkpoint objects {len(checkpoint)}")
+    session = spark() if callable(spark) else spark
+    path = bronze.path(settings.lake_root)
+    now = session.sql(f"SELECT count(*) FROM delta.`{path}`").first()[0]
+    before = session.sql(f"SELECT count(*) FROM delta.`{path}` VERSION AS OF {max(versions[-1] - 1, 0)}").first()[0] \
+        if versions else 0
+    travel = Check("time travel", bronze.name, before, int(not 0 < before < now),
+                   "rows at the previous version (VERSION AS OF), fewer than now and more than none")
+    if travel.differences:
+        travel.samples.append(f"{before} rows then, {now} now")
+    return [listed, travel]
+
+
+def executor_check(settings: Settings, ui_port: int) -> Check:
+    """The stream's applications (one per start) as the master lists them, and the tasks their executors ran."""
+    from lakehouse.infra.spark_cluster import executor_logs, master_state
+
+    state = master_state(ui_port)
+    apps = state.get("completedapps", []) + state.get("activeapps", [])
+    logs = [p for a in apps for p in executor_logs(settings, a["id"])]
+    tasks = sum(p.read_text(errors="replace").count("Running task") for p in logs)
+    check = Check("Spark cluster", "executors", tasks, int(not apps or tasks == 0),
+                  f"tasks the workers' executors ran for the stream's {len(apps)} application(s)")
+    if check.differences:
+        check.samples.append(f"applications {[a.get('name') for a in apps]}, executor logs {len(logs)}")
+    return check
+
+
+def list_keys(settings: Settings, prefix: str) -> list[str]:
+    """The object keys under `prefix` in the lake's bucket, as the S3 server itself lists them (ListObjectsV2)."""
+    import urllib.request
+    import xml.etree.ElementTree as ET
+
+    from lakehouse.infra.s3_server import lake_bucket
+
+    keys: list[str] = []
+    token = ""
+    while True:
+        url = f"{settings.s3_endpoint}/{lake_bucket(settings)}?list-type=2&prefix={quote(prefix)}{token}"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            root = ET.fromstring(response.read())
+        keys += [e.text for e in root.iter() if e.tag.endswith("}Key")]
+        following = [e.text for e in root.iter() if e.tag.endswith("}NextContinuationToken")]
+        if not following:
+            return keys
+        token = f"&continuation-token={quote(following[0])}"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lakehouse drill cluster", description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=3_000, help="events produced over the drill (default 3000)")
     p.add_argument("--losses", type=int, default=2, help="kill -9 of the quorum leader's node (default 2)")
+    p.add_argument("--stream-kills", type=int, default=1,
+                   help="kill -9 of the stream's process group after the losses, restarted at once (default 1)")
     p.add_argument("--rate", type=float, default=None,
                    help="events per second once the stream has committed (default: paced so that production spans "
                         "every loss)")
@@ -155,7 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             start_engines(settings, stack, args.spark_ui_port)
             stack.callback(lambda: [s.stop() for s in sessions])
             report, lagging = run_cluster_drill(settings, events=args.events, losses=args.losses, seed=args.seed,
-                                                tables=args.tables, workdir=home, rate=args.rate, spark=spark)
+                                                tables=args.tables, workdir=home, rate=args.rate, spark=spark,
+                                                stream_kills=args.stream_kills, spark_ui_port=args.spark_ui_port)
     except (BrokerError, ClusterError, S3ServerError, SettingsError, KeyboardInterrupt) as exc:
         print(f"error: {exc}", file=sys.stderr)
     finally:

@@ -582,6 +582,7 @@ class DrillReport:
     tables: list[str]
     flows: list[str]
     events: list[Event] = field(default_factory=list)
+    stream_kills: list[Event] = field(default_factory=list)   # broker loss: kills of the stream after the losses
     restarts: int = 0                 # starts of `lakehouse stream` after the first (crash), or of the broker
     stream_restarts: int = 0          # failed queries the stream restarted itself (from its log)
     watchdog_stops: int = 0           # queries the broker watchdog stopped (from its log)
@@ -634,6 +635,11 @@ class DrillReport:
                              f"committed: {', '.join(e.committed_while_down) or 'none'}")
             lines.append(f"stream's own restarts of failed queries: {self.stream_restarts} "
                          f"(broker watchdog stops: {self.watchdog_stops})")
+            for k in self.stream_kills:
+                lines.append(f"stream kill {k.n}: at {k.at_s:.0f} s, SIGKILL to the whole process group "
+                             f"({', '.join(name for _, name in k.killed)}) {k.delay_s:.1f} s after a commit of {k.after}"
+                             f"{' while producing' if k.producing else ''}; restarted, committed again "
+                             + (f"{k.recovered_s:.1f} s later" if k.recovered_s is not None else "-"))
         lines.append(f"records produced: sent {self.sent:,}, acknowledged {self.acked:,} ({self.acked_streamed:,} of them "
                      f"on the streamed topics, the rest on topics no streamed flow reads), failed {self.failed:,}, "
                      f"unresolved {self.unresolved:,}")
@@ -707,6 +713,14 @@ def _finish(report: DrillReport, stream: StreamProcess, producer: SteadyProducer
     report.durations["checks"] = time.monotonic() - t
 
 
+def _kill(stream: StreamProcess, n: int, t0: float, delay: float, after: str, producer: SteadyProducer) -> Event:
+    """SIGKILL to the stream's whole process group, recorded as kill `n`."""
+    event = Event(n, time.monotonic() - t0, delay, after, producer.running(), len(producer.acked),
+                  stream=_mode(stream.env))
+    event.killed = stream.kill()
+    return event
+
+
 def _repace(producer: SteadyProducer, t0: float, done: int, total: int) -> None:
     """Pace the rest of the events over the cycles left, at the mean cycle time so far (plus a margin)."""
     if done >= total:
@@ -768,9 +782,7 @@ def run_crash(settings: Any, *, kills: int = 20, events: int = 20_000, seed: int
                                     f"a batch of {target.name}", required=False) or after
             delay = rng.uniform(0, max_delay_s)
             sleep_alive(stream, delay, f"before kill {n}")
-            event = Event(n, time.monotonic() - t0, delay, after, producer.running(), len(producer.acked),
-                          stream=_mode(stream.env))
-            event.killed = stream.kill()
+            event = _kill(stream, n, t0, delay, after, producer)
             report.events.append(event)
             say(f"kill {n}/{kills}: SIGKILL to group {stream.pid} ({', '.join(f'{p} {c}' for p, c in event.killed)}) "
                 f"{delay:.1f} s after a commit of {after} ({event.stream}); {event.acked:,} records acknowledged so far")
@@ -801,9 +813,11 @@ def run_broker_loss(settings: Any, *, losses: int = 3, down_s: Sequence[float] =
                     commit_timeout_s: float = 600, catch_up_s: float = 900,
                     extra_env: dict[str, str] | None = None,
                     verify_layers: Sequence[str] = ("silver", "gold"), node: Any = None,
-                    warm_up_rate: float | None = None, commit_while_down: bool = False) -> DrillReport:
+                    warm_up_rate: float | None = None, commit_while_down: bool = False,
+                    stream_kills: int = 0) -> DrillReport:
     """Kill -9 the broker `losses` times mid-stream while producing, start it again after `down_s` (cycled);
-    the stream must resume by itself; then check the lake. The broker is running again at the end.
+    the stream must resume by itself; then `stream_kills` kill -9s of the stream itself (each a random 0-2 s after
+    a commit, restarted at once); then check the lake. The broker is running again at the end.
 
     `node` (an infra.kafka_broker.KafkaNode) is the broker to kill: by default the settings' one node; one node of
     a cluster (infra.kafka_cluster), and the others carry producing and the stream meanwhile. With `warm_up_rate`,
@@ -877,7 +891,23 @@ def run_broker_loss(settings: Any, *, losses: int = 3, down_s: Sequence[float] =
             event.recovered_s = time.monotonic() - back
             before = newest_batches(flows, settings.lake_root)
             if rate is None:
-                _repace(producer, t0, n, losses)
+                _repace(producer, t0, n, losses + stream_kills)
+        for n in range(1, stream_kills + 1):
+            after = wait_for_commit(stream, flows, settings.lake_root, before, commit_timeout_s,
+                                    f"a batch before stream kill {n}")
+            delay = rng.uniform(0, 2)
+            sleep_alive(stream, delay, f"before stream kill {n}")
+            event = _kill(stream, n, t0, delay, after, producer)
+            report.stream_kills.append(event)
+            say(f"stream kill {n}/{stream_kills}: SIGKILL to group {stream.pid} "
+                f"({', '.join(f'{p} {c}' for p, c in event.killed)}) {delay:.1f} s after a commit of {after}")
+            before = newest_batches(flows, settings.lake_root)
+            stream.start()
+            wait_for_commit(stream, flows, settings.lake_root, before, commit_timeout_s, f"a batch after stream kill {n}")
+            event.recovered_s = time.monotonic() - stream.started_at
+            before = newest_batches(flows, settings.lake_root)
+            if rate is None:
+                _repace(producer, t0, losses + n, losses + stream_kills)
         _finish(report, stream, producer, flows, settings, env, spark, t0, catch_up_s, verify_layers)
     except (DrillError, BrokerError, KeyboardInterrupt) as exc:
         report.error = str(exc) or type(exc).__name__

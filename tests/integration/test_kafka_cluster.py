@@ -122,10 +122,11 @@ def test_topics_follow_the_cluster_rf_3_min_isr_2(cluster):
 def test_the_cluster_drill_kills_a_node_under_a_stream_on_all_three_engines(jars_dir, tmp_path):
     """`lakehouse drill cluster`, reduced: a standalone master and worker, three KRaft nodes and the S3 server in a
     folder of its own; `lakehouse stream` of the orders path runs on the executors and writes the s3a:// lake; kill -9
-    of the quorum leader's node while producing. Producing and the stream carry on without it (acks=all, min ISR 2,
-    every node in the bootstrap), it rejoins, bronze holds exactly the acknowledged coordinates, silver the valid
-    ids, gold equals the batch lane and plain Python, no partition stays under-replicated, and every process the
-    drill started is gone."""
+    of the quorum leader's node while producing, then kill -9 of the stream mid-batch. Producing and the stream carry
+    on without the node (acks=all, min ISR 2, every node in the bootstrap), it rejoins, the stream restarts from its
+    checkpoint on S3; bronze holds exactly the acknowledged coordinates, silver the valid ids, gold equals the batch
+    lane and plain Python, the S3 server lists bronze's Delta log without a gap, its previous version reads back
+    (VERSION AS OF), no partition stays under-replicated, and every process the drill started is gone."""
     base, master, ui, s3 = free_base(), free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "AWS_"))}
     env.update({"LAKEHOUSE_JARS_DIR": jars_dir, "LAKEHOUSE_HOME": str(tmp_path / "home"),
@@ -133,7 +134,7 @@ def test_the_cluster_drill_kills_a_node_under_a_stream_on_all_three_engines(jars
                 "LAKEHOUSE_KAFKA_HEAP": "256m", "LAKEHOUSE_SPARK_MASTER": f"spark://127.0.0.1:{master}",
                 "LAKEHOUSE_S3_ENDPOINT": f"http://127.0.0.1:{s3}", "TMPDIR": str(tmp_path)})
     drill = subprocess.run([str(Path(sys.executable).with_name("lakehouse")), "drill", "cluster", "--events", str(EVENTS),
-                            "--losses", "1", "--seed", "41", "--spark-ui-port", str(ui)],
+                            "--losses", "1", "--stream-kills", "1", "--seed", "41", "--spark-ui-port", str(ui)],
                            env=env, capture_output=True, text=True, timeout=1500)
     text = drill.stdout
     print(text, drill.stderr[-4000:])
@@ -151,6 +152,16 @@ def test_the_cluster_drill_kills_a_node_under_a_stream_on_all_three_engines(jars
             ("plain Python", "gold_revenue_per_minute")} <= set(checked), text
     assert all(n > 0 for (_, table), n in checked.items() if table not in ("quarantine", "late_arrivals")), text
     assert checked["bronze", "bronze_orders"] >= 20, text
+    # The stream killed (its Spark JVM among the processes) and restarted on the S3 checkpoint, which lost and doubled
+    # nothing (the checks above); the lake's objects as the S3 server lists them, and an older version read back.
+    kill = re.search(r"^stream kill 1: at \d+ s, SIGKILL to the whole process group \((.*)\) .* committed again "
+                     r"[\d.]+ s later$", text, re.M)
+    assert kill and "java" in kill.group(1).split(", "), text
+    lake = {m.group(1): (int(m.group(2).replace(",", "")), int(m.group(3))) for m in re.finditer(
+        r"^(S3 server|time travel)\s+bronze_orders\s+([\d,]+)\s+(\d+)\s", text, re.M)}
+    tasks = re.search(r"^Spark cluster\s+executors\s+([\d,]+)\s+0\s", text, re.M)
+    assert tasks and int(tasks.group(1).replace(",", "")) > 0, text     # the stream ran on the worker's executor
+    assert lake["S3 server"][0] >= 2 and lake["time travel"][0] > 0 and lake["S3 server"][1] == lake["time travel"][1] == 0
     assert "differences: 0\nresult: PASS" in text and "under-replicated partitions after the drill: 0" in text
     # The stream ran on the cluster, the lake was on S3, and the drill's engines are all stopped.
     assert "lake s3a://lakehouse/lake at http://127.0.0.1:" in text + drill.stderr
