@@ -1,9 +1,12 @@
-"""Shared fixtures: one Spark session per test session, a real KRaft broker per module, stopped by PID."""
+"""Shared fixtures: one Spark session and one real KRaft broker per test process (its topics dropped after each module),
+stopped by PID; a broker of a module's own for the tests that stop or kill it."""
 
 from __future__ import annotations
 
+import dataclasses as dc
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -13,13 +16,13 @@ import pytest
 # "no tests ran" for a run of test_quality.py alone.
 import lakehouse.quality  # noqa: F401
 from lakehouse.infra.jars import fetch_jars
-from lakehouse.infra.kafka_broker import local_node
+from lakehouse.infra.kafka_broker import KafkaNode, local_node
 from lakehouse.infra.settings import Settings
 from lakehouse.infra.spark import get_spark
 
 
 TIERS = ("unit", "integration", "e2e")
-JVM_FIXTURES = {"spark", "broker", "jars_dir"}
+JVM_FIXTURES = {"spark", "broker", "own_broker", "jars_dir"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -66,16 +69,55 @@ def spark(jars_dir: str, tmp_path_factory: pytest.TempPathFactory):
     session.stop()
 
 
-@pytest.fixture(scope="module")
-def broker(jars_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+def _started_broker(jars_dir: str, home: Path) -> tuple[Settings, KafkaNode]:
     """A real one-node KRaft broker on free ports, in its own folder; settings that point at it."""
-    home = tmp_path_factory.mktemp("lakehouse")
     settings = Settings(
         home=str(home), jars_dir=jars_dir, kafka_port=free_port(), kafka_controller_port=free_port(),
         spark_shuffle_partitions=2,
     )
     node = local_node(settings)
     node.start(jars_dir)
+    return settings, node
+
+
+@pytest.fixture(scope="session")
+def process_broker(jars_dir: str, tmp_path_factory: pytest.TempPathFactory):
+    """The test process's broker, which `broker` lends to one module at a time (starting one took 7-14 s a module)."""
+    settings, node = _started_broker(jars_dir, tmp_path_factory.mktemp("kafka"))
+    yield settings
+    node.stop()
+    assert node.read_pid() is None
+
+
+@pytest.fixture(scope="module")
+def broker(process_broker: Settings, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Settings that point at the process's broker, with no topic on it yet and a state folder of the module's own
+    (its lake, Dagster home, stream PID files); every topic the module made is deleted when it ends."""
+    drop_topics(process_broker.kafka_bootstrap)
+    yield dc.replace(process_broker, home=str(tmp_path_factory.mktemp("lakehouse")))
+    drop_topics(process_broker.kafka_bootstrap)
+
+
+def drop_topics(bootstrap: str, timeout_s: float = 60) -> None:
+    """Delete every topic but Kafka's own, and wait until the broker no longer lists them."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    names = [t for t in admin.list_topics(timeout=10).topics if not t.startswith("__")]
+    if not names:
+        return
+    for future in admin.delete_topics(names, operation_timeout=30).values():
+        future.result()
+    deadline = time.monotonic() + timeout_s
+    while set(names) & set(admin.list_topics(timeout=10).topics):
+        assert time.monotonic() < deadline, f"topics still listed {timeout_s:.0f} s after their deletion"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def own_broker(jars_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """A broker of the module's own, for tests that stop it, kill it or read its state folder."""
+    settings, node = _started_broker(jars_dir, tmp_path_factory.mktemp("lakehouse"))
     yield settings
     node.stop()
     assert node.read_pid() is None

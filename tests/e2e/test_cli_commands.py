@@ -28,6 +28,12 @@ from lakehouse.pipelines import shop
 LAKEHOUSE = Path(sys.executable).with_name("lakehouse")
 
 
+@pytest.fixture(scope="module")
+def broker(own_broker):
+    """A broker of this module's own: `kafka status` reads the broker's state folder."""
+    return own_broker
+
+
 def environment(settings, **env: str) -> dict[str, str]:
     """The environment a `lakehouse` command gets: the test broker's ports and jars, then `env` over them."""
     return lakehouse_env(settings, **env)

@@ -28,6 +28,12 @@ LOSS_EVENTS = 600    # at 8/s after the first commit: about a minute of producin
 SMALL = {"LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "400"}       # a restart's backlog in a few bronze batches, not one
 
 
+@pytest.fixture(scope="module")
+def broker(own_broker):
+    """A broker of this module's own: the broker-loss drill kills it."""
+    return own_broker
+
+
 @pytest.fixture
 def crash_broker(jars_dir: str, tmp_path_factory: pytest.TempPathFactory):
     """A broker of the crash test's own (its topics start empty), on free ports, stopped by PID."""

@@ -16,6 +16,12 @@ from tests.conftest import free_port
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture(scope="module")
+def broker(own_broker):
+    """A broker of this module's own: these tests start it again and read its PID file."""
+    return own_broker
+
+
 def test_a_second_start_says_the_broker_is_already_running(broker):
     """Starting the running broker again raises one sentence naming its pid and address, and leaves it running."""
     node = local_node(broker)

@@ -23,6 +23,12 @@ from lakehouse.pipelines import shop
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture(scope="module")
+def broker(own_broker):
+    """A broker of this module's own: the test kills it."""
+    return own_broker
+
+
 def test_losing_the_broker_mid_run_is_one_sentence_and_the_rerun_is_exact(spark, broker, jars_dir, tmp_path):
     """kill -9 the broker after bronze's first micro-batch: KafkaLost names the broker and what to do; after a
     restart the same flow completes, and bronze holds each delivered record exactly once."""
