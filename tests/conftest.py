@@ -3,7 +3,6 @@ stopped by PID; a broker of a module's own for the tests that stop or kill it.""
 
 from __future__ import annotations
 
-import dataclasses as dc
 import os
 import socket
 import time
@@ -69,12 +68,15 @@ def spark(jars_dir: str, tmp_path_factory: pytest.TempPathFactory):
     session.stop()
 
 
+def _settings(home: Path, jars_dir: str, kafka_port: int, kafka_controller_port: int) -> Settings:
+    """Settings whose lake, Dagster home and other folders are under `home` (each derived from it when built)."""
+    return Settings(home=str(home), jars_dir=jars_dir, kafka_port=kafka_port,
+                    kafka_controller_port=kafka_controller_port, spark_shuffle_partitions=2)
+
+
 def _started_broker(jars_dir: str, home: Path) -> tuple[Settings, KafkaNode]:
     """A real one-node KRaft broker on free ports, in its own folder; settings that point at it."""
-    settings = Settings(
-        home=str(home), jars_dir=jars_dir, kafka_port=free_port(), kafka_controller_port=free_port(),
-        spark_shuffle_partitions=2,
-    )
+    settings = _settings(home, jars_dir, free_port(), free_port())
     node = local_node(settings)
     node.start(jars_dir)
     return settings, node
@@ -94,7 +96,8 @@ def broker(process_broker: Settings, tmp_path_factory: pytest.TempPathFactory) -
     """Settings that point at the process's broker, with no topic on it yet and a state folder of the module's own
     (its lake, Dagster home, stream PID files); every topic the module made is deleted when it ends."""
     drop_topics(process_broker.kafka_bootstrap)
-    yield dc.replace(process_broker, home=str(tmp_path_factory.mktemp("lakehouse")))
+    yield _settings(tmp_path_factory.mktemp("lakehouse"), process_broker.jars_dir, process_broker.kafka_port,
+                    process_broker.kafka_controller_port)
     drop_topics(process_broker.kafka_bootstrap)
 
 
