@@ -78,6 +78,14 @@ def rewritten_in_place(spark: SparkSession, path: str, lookback: int = HISTORY_L
     )
 
 
+def merged_by_its_flow(spec: TableSpec) -> bool:
+    """Whether the table's own flow MERGEs into it (gold and dimensions; silver's writer only appends), whatever its
+    history shows yet: the first batch into a new table is an append (streaming/gold_batches.py, `Step._merge`)."""
+    from lakehouse.streaming.flows import FLOWS
+
+    return any(f.target.name == spec.name and f.output == "batch" and f.schema is None for f in FLOWS)
+
+
 def writer_flows(spec: TableSpec) -> tuple[str, ...]:
     """Names of the flows (streaming queries) that write the table."""
     from lakehouse.streaming.flows import FLOWS
@@ -134,7 +142,7 @@ def compact_table(spark: SparkSession, spec: TableSpec, lake_root: str, *, busy:
     if before.files == 0:
         result.reason = "empty: nothing to compact"
         return result
-    if rewritten_in_place(spark, path):
+    if merged_by_its_flow(spec) or rewritten_in_place(spark, path):
         writers = running_writers(spark, spec)
         reason = (f"its writer {', '.join(writers)} is running in this process" if writers
                   else busy(spec) if busy else None)

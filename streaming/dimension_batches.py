@@ -24,7 +24,7 @@ from lakehouse.schemas.tables import TableSpec
 from lakehouse.streaming.context import FlowContext
 from lakehouse.streaming.lake_files import has_delta_log
 from lakehouse.streaming.positions import BatchRecord, RecordsPositions, UserMetadata
-from lakehouse.streaming.sinks import dml_once, merge_metrics, nullable
+from lakehouse.streaming.sinks import append_once, dml_once, merge_metrics, nullable
 from lakehouse.streaming.transforms.dimensions import LINEAGE, scd2_versions
 
 log = logging.getLogger(__name__)
@@ -73,13 +73,14 @@ class DimensionWriter(RecordsPositions):
             *(by_name[c] for c in LINEAGE),
         ])
 
-    def _ensure_table(self, spark: SparkSession, schema: StructType) -> None:
+    def _ensure_table(self, spark: SparkSession, schema: StructType) -> bool:
         if has_delta_log(spark, self.path):   # see streaming.sinks.ensure_table
-            return
+            return False
         builder = DeltaTable.createIfNotExists(spark).location(self.path).addColumns(nullable(schema))
         for name, value in self.table.properties.items():
             builder = builder.property(name, value)
         builder.execute()
+        return True
 
     def __call__(self, changes: DataFrame, batch_id: int) -> None:
         spark = changes.sparkSession
@@ -90,18 +91,25 @@ class DimensionWriter(RecordsPositions):
             self.stats.input_rows += n
             if not n:
                 return
-            self._ensure_table(spark, self._table_schema(changes))
+            created = self._ensure_table(spark, self._table_schema(changes))
             target = DeltaTable.forPath(spark, self.path)
             keys = changes.select(self.key).distinct()
             existing = target.toDF().join(F.broadcast(keys), self.key, "left_semi")
             versions = scd2_versions(existing, changes, key=self.key, attributes=self.attributes)
             versions = versions.persist(StorageLevel.MEMORY_AND_DISK)
             try:
-                versions.count()   # read the table's versions before the MERGE changes them
+                count = versions.count()   # read the table's versions before the MERGE changes them
                 if self.ctx is not None and self.ctx.quality is not None:
                     self.ctx.quality.validate(self.table, versions, self.ctx.batch_scope(
                         self.table.name, batch_id, changes))
-                metrics = self._merge(spark, target, versions, batch_id, self.batch_record(spark, batch_id))
+                record = self.batch_record(spark, batch_id)
+                if created:
+                    # A new table: the MERGE could only insert (see gold_batches.Step._merge); the same txn id.
+                    append_once(versions, self.path, app_id=record.txn_app_id, batch_id=batch_id,
+                                user_metadata=record.metadata(final=True))
+                    metrics = {"num_inserted_rows": count, "num_updated_rows": 0}
+                else:
+                    metrics = self._merge(spark, target, versions, batch_id, record)
             finally:
                 versions.unpersist()
         finally:

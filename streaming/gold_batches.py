@@ -41,7 +41,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.schemas.tables import LATE_ARRIVALS, TableSpec
 from lakehouse.streaming.context import BatchScope, FlowContext, QualityGate, iso_micros, timestamp_literal
-from lakehouse.streaming.delta_log import Commit, last_data_commit, newest_commits, txn_version
+from lakehouse.streaming.delta_log import Commit, last_commit, last_data_commit, newest_commits, txn_version
 from lakehouse.streaming.lake_files import has_delta_log
 from lakehouse.streaming.positions import BatchRecord, RecordsPositions, UserMetadata
 from lakehouse.streaming.sinks import append_once, dml_once, ensure_table, merge_metrics
@@ -144,7 +144,16 @@ class Step:
                delete_flag: str | None, metadata: str | None) -> int:
         path = self.target_path
         columns = [c for c in source.columns if c != delete_flag]
-        ensure_table(source.select(*columns), self.target, path)
+        if ensure_table(source.select(*columns), self.target, path):
+            # A table created for this batch holds no row and no txn id: the MERGE could only insert. An append
+            # with the same txn id writes the same rows without the MERGE's scan and plan (1.4-1.7 s against
+            # 0.7-0.9 s warm, 5.9 s against 1.2 s as a JVM's first); a replay finds the table and MERGEs, which
+            # Delta then skips by that txn id.
+            rows = source.where(~F.col(delete_flag)) if delete_flag else source
+            append_once(rows.select(*columns), path, app_id=self.app_id, batch_id=self.batch_id,
+                        user_metadata=metadata)
+            first = last_commit(self.spark, path)
+            return int(first.metrics.get("numOutputRows", 0)) if first is not None and first.operation == "WRITE" else 0
         merge = DeltaTable.forPath(self.spark, path).alias("t").merge(source.alias("s"), on)
         if delete_flag:
             merge = merge.whenMatchedDelete(f"s.`{delete_flag}`")
