@@ -49,7 +49,7 @@ def revenue(spark, lake: str) -> dict:
 
 
 def test_a_batch_replayed_after_its_watermark_was_saved_counts_and_lists_nothing_twice(spark, tmp_path):
-    """The first run of batch 0 merged every row; its replay, by a new writer, must not find them late."""
+    """The first run of batch 0 wrote every row; its replay, by a new writer, must not find them late."""
     lake = str(tmp_path / "lake")
     flow = BY_NAME["gold_revenue_per_minute"]
     ctx = FlowContext(lake_root=lake, kafka_bootstrap="unused:1", gold_watermark="10 minutes")
@@ -60,13 +60,17 @@ def test_a_batch_replayed_after_its_watermark_was_saved_counts_and_lists_nothing
     expected = {(T0, "EUR"): (100, 1), (T0 + timedelta(minutes=5), "EUR"): (200, 1),
                 (T0 + timedelta(minutes=40), "EUR"): (400, 1)}
     assert revenue(spark, lake) == expected
-    # The MERGE's commit holds the watermark: the batch made no commit of its own for it.
+    # The table was new, so nothing could match: batch 0 was appended, and that commit holds the watermark (the
+    # batch made no commit of its own for it).
+    appended = last_commit(spark, GOLD_REVENUE_PER_MINUTE.path(lake))
+    assert appended.operation == "WRITE" and appended.metrics["numOutputRows"] == "3"
     assert not has_delta_log(spark, first.watermark_path)
 
     # The process dies before Spark records batch 0; a new one replays it after the watermark moved to 09:30.
     replay = flow.batch_writer(ctx)
     replay(flow.apply(batch, ctx=ctx), 0)
     assert revenue(spark, lake) == expected
+    assert last_commit(spark, GOLD_REVENUE_PER_MINUTE.path(lake)).version == appended.version   # MERGE skipped by txn id
     late = LATE_ARRIVALS.path(lake)
     assert not has_delta_log(spark, late) or spark.read.format("delta").load(late).count() == 0
 

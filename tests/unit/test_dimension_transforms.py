@@ -90,6 +90,14 @@ def test_the_writer_merges_batches_out_of_order_and_skips_a_replayed_batch(spark
                              app_id="dim_products-test", schema=PRODUCTS.dimension_schema)
     path = table.path(str(tmp_path))
     writer(change(spark, ("e1", 0, "p-1", 100, 1), ("e9", 0, "p-2", 900, 2)), 0)
+    # The table was new: batch 0 was appended; replayed by a restarted writer, Delta skips it by its txn id.
+    [first] = DeltaTable.forPath(spark, path).history(1).collect()
+    assert first["operation"] == "WRITE" and first["operationMetrics"]["numOutputRows"] == "2"
+    restarted = DimensionWriter(table=table, lake_root=str(tmp_path), key="product_id", attributes=ATTRS,
+                                app_id="dim_products-test", schema=PRODUCTS.dimension_schema)
+    restarted(change(spark, ("e1", 0, "p-1", 100, 1), ("e9", 0, "p-2", 900, 2)), 0)
+    assert DeltaTable.forPath(spark, path).history(1).collect()[0]["version"] == first["version"]
+    assert restarted.stats.skipped_batches == 1
     writer(change(spark, ("e3", 20, "p-1", 300, 5)), 1)
     assert read_chains(spark, path)["p-1"] == [(at(0), at(20), False, 100, "e1"), (at(20), None, True, 300, "e3")]
     writer(change(spark, ("e2", 10, "p-1", 200, 4)), 2)
