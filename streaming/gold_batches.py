@@ -146,9 +146,8 @@ class Step:
         columns = [c for c in source.columns if c != delete_flag]
         if ensure_table(source.select(*columns), self.target, path):
             # A table created for this batch holds no row and no txn id: the MERGE could only insert. An append
-            # with the same txn id writes the same rows without the MERGE's scan and plan (1.4-1.7 s against
-            # 0.7-0.9 s warm, 5.9 s against 1.2 s as a JVM's first); a replay finds the table and MERGEs, which
-            # Delta then skips by that txn id.
+            # with the same txn id writes the same rows without the MERGE's scan and plan (docs/performance.md);
+            # a replay finds the table and MERGEs, which Delta then skips by that txn id.
             rows = source.where(~F.col(delete_flag)) if delete_flag else source
             append_once(rows.select(*columns), path, app_id=self.app_id, batch_id=self.batch_id,
                         user_metadata=metadata)
