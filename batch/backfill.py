@@ -161,14 +161,16 @@ def _mark_reconciled(spark: SparkSession, flow: Flow, ctx: FlowContext, days: tu
 
 def backfill(spark: SparkSession, ctx: FlowContext, days: tuple[date, date], tables: Iterable[str] | None = None, *,
              run_id: str = "", flows: Iterable[Flow] | None = None, catch_up: bool = True,
-             parallel: int = 1) -> list[TableChange]:
+             parallel: int = 1, verify: bool = False) -> list[TableChange]:
     """Backfill `days` of the named tables and everything downstream of them (every table after bronze by default).
 
-    `parallel`: flows backfilled at once, each after those whose tables it reads.
+    `parallel`: flows backfilled at once, each after those whose tables it reads. `verify`: each change carries
+    its table's verdict afterwards (`backfill_flow`), without recomputing the flow a second time.
     """
     chosen = batch_flows(list(tables or []), flows)
     # A flow starts when the flows whose tables it reads are backfilled: it recomputes from their new rows.
     changes = {flow.name: change for flow, change in each_flow(
-        spark, chosen, ctx, lambda session, flow: backfill_flow(session, flow, ctx, days, run_id=run_id, catch_up=catch_up),
+        spark, chosen, ctx, lambda session, flow: backfill_flow(session, flow, ctx, days, run_id=run_id, catch_up=catch_up,
+                                           verify=verify),
         parallel=parallel)}
     return [changes[flow.name] for flow in chosen]
