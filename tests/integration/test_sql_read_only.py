@@ -39,10 +39,11 @@ WRITES = [
 ]
 
 
-@pytest.fixture
-def lake(spark, tmp_path) -> tuple[str, str]:
-    """A lake with a small silver_orders table written twice (versions 0 and 1)."""
-    root = str(tmp_path / "lake")
+@pytest.fixture(scope="module")
+def lake(spark, tmp_path_factory) -> tuple[str, str]:
+    """A lake with a small silver_orders table written twice (versions 0 and 1), shared by the module: every test
+    leaves it as it found it, which each asserts (its rows and its version)."""
+    root = str(tmp_path_factory.mktemp("lake"))
     path = shop.ORDERS.silver_table.path(root)
     rows = spark.createDataFrame([("e-1", "EUR"), ("e-2", "GBP")], "event_id STRING, currency STRING")
     rows.write.format("delta").save(path)
