@@ -17,7 +17,7 @@ from lakehouse.infra.kafka_broker import local_node
 from lakehouse.infra.settings import Settings
 from lakehouse.schemas import topics
 from lakehouse.streaming.kafka_topics import ensure_topics
-from tests.conftest import free_port
+from tests.conftest import drop_topics
 
 
 # 3 flows, one per layer: every kill point and handover of the full drills, without the second topic's queries,
@@ -30,23 +30,19 @@ SMALL = {"LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "400"}       # a restart's backlog
 
 @pytest.fixture(scope="module")
 def broker(own_broker):
-    """A broker of this module's own: the broker-loss drill kills it."""
+    """A broker of this module's own: the broker-loss drill kills it (the crash test runs on it first)."""
     return own_broker
 
 
 @pytest.fixture
-def crash_broker(jars_dir: str, tmp_path_factory: pytest.TempPathFactory):
-    """A broker of the crash test's own (its topics start empty), on free ports, stopped by PID."""
-    home = tmp_path_factory.mktemp("drill-crash")
-    settings = Settings(home=str(home), jars_dir=jars_dir, kafka_port=free_port(), kafka_controller_port=free_port(),
-                        spark_shuffle_partitions=2)
-    node = local_node(settings)
-    node.start(jars_dir)
-    try:
-        yield settings
-    finally:
-        node.stop()
-    assert node.read_pid() is None
+def crash_broker(broker, tmp_path_factory: pytest.TempPathFactory):
+    """The module's broker with no topic on it, and a home (lake, stream state) of the crash test's own; the topics it
+    made are dropped after it, so the broker-loss test's stream reads only what its own producer sent."""
+    drop_topics(broker.kafka_bootstrap)
+    yield Settings(home=str(tmp_path_factory.mktemp("drill-crash")), jars_dir=broker.jars_dir,
+                   kafka_port=broker.kafka_port, kafka_controller_port=broker.kafka_controller_port,
+                   spark_shuffle_partitions=2)
+    drop_topics(broker.kafka_bootstrap)
 
 
 def assert_exact(report: DrillReport, batch_lane: bool = True) -> None:
