@@ -22,9 +22,8 @@ from pyspark.sql.types import BooleanType, StructField, StructType, TimestampTyp
 
 from lakehouse.schemas.tables import TableSpec
 from lakehouse.streaming.context import FlowContext
-from lakehouse.streaming.lake_files import has_delta_log
 from lakehouse.streaming.positions import BatchRecord, RecordsPositions, UserMetadata
-from lakehouse.streaming.sinks import append_once, dml_once, merge_metrics, nullable
+from lakehouse.streaming.sinks import append_once, dml_once, ensure_table, merge_metrics, nullable
 from lakehouse.streaming.transforms.dimensions import LINEAGE, scd2_versions
 
 log = logging.getLogger(__name__)
@@ -73,15 +72,6 @@ class DimensionWriter(RecordsPositions):
             *(by_name[c] for c in LINEAGE),
         ])
 
-    def _ensure_table(self, spark: SparkSession, schema: StructType) -> bool:
-        if has_delta_log(spark, self.path):   # see streaming.sinks.ensure_table
-            return False
-        builder = DeltaTable.createIfNotExists(spark).location(self.path).addColumns(nullable(schema))
-        for name, value in self.table.properties.items():
-            builder = builder.property(name, value)
-        builder.execute()
-        return True
-
     def __call__(self, changes: DataFrame, batch_id: int) -> None:
         spark = changes.sparkSession
         changes = changes.persist(StorageLevel.MEMORY_AND_DISK)
@@ -91,7 +81,7 @@ class DimensionWriter(RecordsPositions):
             self.stats.input_rows += n
             if not n:
                 return
-            created = self._ensure_table(spark, self._table_schema(changes))
+            created = ensure_table(changes, self.table, self.path, schema=nullable(self._table_schema(changes)))
             target = DeltaTable.forPath(spark, self.path)
             keys = changes.select(self.key).distinct()
             existing = target.toDF().join(F.broadcast(keys), self.key, "left_semi")

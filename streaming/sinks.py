@@ -30,13 +30,14 @@ def nullable(data_type: T.DataType) -> T.DataType:
     return data_type
 
 
-def ensure_table(batch_df: DataFrame, table: TableSpec, path: str) -> bool:
-    """Create the Delta table with the batch's schema if it does not exist yet; True if this call created it."""
+def ensure_table(batch_df: DataFrame, table: TableSpec, path: str, schema: T.StructType | None = None) -> bool:
+    """Create the Delta table with `schema` (by default the batch's) if it does not exist yet; True if this call
+    created it."""
     # Looking at the log folder first: createIfNotExists resolves the table's snapshot even when it exists,
     # 0.06-0.11 s on each MERGE batch here against 0.003 s.
     if has_delta_log(batch_df.sparkSession, path):
         return False
-    builder = DeltaTable.createIfNotExists(batch_df.sparkSession).location(path).addColumns(batch_df.schema)
+    builder = DeltaTable.createIfNotExists(batch_df.sparkSession).location(path).addColumns(schema or batch_df.schema)
     if table.partition_by:
         builder = builder.partitionedBy(*table.partition_by)
     for key, value in table.properties.items():
