@@ -700,6 +700,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # Whoever read the output stopped early (`lakehouse status | head`): end quietly, as `ls | head` does,
+        # with the shell's status for SIGPIPE, and keep the interpreter's last flush off the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except Exception as exc:  # noqa: BLE001 - sorted below: user errors get a sentence, bugs a trace
         if isinstance(exc, _user_errors()):
             print(f"error: {exc}", file=sys.stderr)

@@ -103,6 +103,19 @@ def test_settings_lists_every_variable_with_its_value(clean_env, capsys, tmp_pat
     assert (tmp_path / "home" / "logs" / "lakehouse.log").exists()
 
 
+def test_a_reader_that_stops_early_gets_no_traceback(clean_env, tmp_path):
+    """`lakehouse settings | head -1`: once the reader has gone, a quiet end with SIGPIPE's status, not a traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    lakehouse = Path(sys.executable).with_name("lakehouse")
+    proc = subprocess.Popen([str(lakehouse), "settings"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()    # the reader is gone before the table is written: its first write finds a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
 def test_produce_with_an_invalid_share_fails_before_touching_kafka(clean_env, capsys):
     """`lakehouse produce --malformed 2` returns 2 with one error line and never builds a producer."""
     from lakehouse.streaming import producer as streaming_producer
