@@ -21,6 +21,16 @@ LOG4J2_FILE = Path(__file__).resolve().parent / "conf" / "spark-log4j2.propertie
 NIO_MAX_CACHED_BUFFER = 256 * 1024   # bytes: the largest temporary direct buffer a driver thread keeps
 
 
+# With the web UI off nothing reads Spark's status store, yet by default it keeps the last 1,000 SQL executions
+# (each with its plan's text and metrics), 1,000 jobs and stages and 100,000 tasks in the driver's heap. A stream
+# or an endpoint runs thousands of executions an hour, so the store stays full: live heap after three 15,000-event
+# bursts into the fused shop stream 1.43M -> 0.85M plan nodes, 490 -> 304 MB of long arrays (docs/performance.md).
+UNSEEN_STATUS_LIMITS = {"spark.sql.ui.retainedExecutions": "20", "spark.ui.retainedJobs": "50",
+                        "spark.ui.retainedStages": "50", "spark.ui.retainedTasks": "2000",
+                        "spark.ui.dagGraph.retainedRootRDDs": "50", "spark.sql.streaming.ui.retainedQueries": "20",
+                        "spark.sql.streaming.ui.retainedProgressUpdates": "20"}
+
+
 def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str]:
     """Every Spark setting the session gets; extra `LAKEHOUSE_SPARK_CONF` entries win."""
     log_dir = Path(settings.log_dir)
@@ -68,6 +78,7 @@ def spark_conf(settings: Settings, app_name: str = "lakehouse") -> dict[str, str
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.ui.enabled": str(settings.spark_ui).lower(),
         "spark.ui.showConsoleProgress": "false",
+        **({} if settings.spark_ui else UNSEEN_STATUS_LIMITS),
         "spark.sql.warehouse.dir": f"{settings.home}/spark-warehouse",
         # LAKEHOUSE_SPARK_JAVA_OPTIONS, by default the throughput collector: with G1, concurrent marking
         # (mostly started by large cached buffers, humongous to its 1 MiB regions) took 17-20 s of CPU in

@@ -305,3 +305,19 @@ def test_secret_spark_settings_never_show_in_repr_or_errors():
     with pytest.raises(SettingsError) as caught:
         Settings(home=HOME, spark_conf={"spark.x.password": "pa55", "fs.bad.key": "k3y"})
     assert "pa55" not in str(caught.value) and "k3y" not in str(caught.value)
+
+
+def test_spark_keeps_little_status_history_when_no_ui_shows_it(tmp_path):
+    """Without the web UI the driver keeps a few executions, jobs, stages and tasks; with it, Spark's own defaults;
+    LAKEHOUSE_SPARK_CONF still sets any of them."""
+    from tests.unit.test_s3_settings import _classpath, conf as spark_conf_of
+
+    _classpath(tmp_path / "jars", "spark", ("delta-spark_2.13-4.4.0.jar",))
+    conf = lambda **given: spark_conf_of(tmp_path / "jars", **given)    # noqa: E731
+    quiet = conf()
+    assert int(quiet["spark.sql.ui.retainedExecutions"]) <= 50 and int(quiet["spark.ui.retainedTasks"]) <= 10_000
+    assert int(quiet["spark.ui.retainedJobs"]) <= 100 and int(quiet["spark.ui.retainedStages"]) <= 100
+    shown = conf(spark_ui=True)
+    assert shown["spark.ui.enabled"] == "true" and not any(".retained" in key for key in shown)
+    mine = conf(spark_conf={"spark.sql.ui.retainedExecutions": "500"})
+    assert mine["spark.sql.ui.retainedExecutions"] == "500"
