@@ -659,6 +659,10 @@ def build_parser() -> argparse.ArgumentParser:
     from lakehouse.cli.s3 import add_s3_commands
 
     add_s3_commands(sub)
+
+    from lakehouse.cli.postgres import add_postgres_commands
+
+    add_postgres_commands(sub)
     return parser
 
 

@@ -53,6 +53,17 @@ if [ "$mode" = test ] && ! command -v chromium >/dev/null; then
     || fail "Chromium is needed for the browser tests and could not be installed; install it as root (Debian: apt-get install chromium)."
 fi
 
+# The CDC tests run a real PostgreSQL (infra/postgres.py): Debian's server programs, without the cluster the
+# package would otherwise create and start on port 5432 (the project makes its own in its home).
+if [ "$mode" = test ] && ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  say "installing PostgreSQL's server programs for the CDC tests"
+  { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+      && mkdir -p /etc/postgresql-common/createcluster.d \
+      && echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/lakehouse.conf \
+      && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; } \
+    || fail "PostgreSQL is needed for the CDC tests and could not be installed; install it as root (Debian: apt-get install postgresql)."
+fi
+
 say "fetching the JVM jars with Maven (skipped when present)"
 .venv/bin/lakehouse setup
 

@@ -259,6 +259,13 @@ class Settings:
         "fetch.max.wait.ms, 500 by default). Spark reads known offset ranges, and each read task ended with one "
         "such wait: a task of a small micro-batch took 0.6 s instead of 0.1 s.", _integer(0, 60_000))
 
+    postgres_port: int = _setting(
+        5432, "Port of the operational database `lakehouse postgres start` runs on 127.0.0.1 (a pipeline's "
+        "PostgreSQL, whose changes `lakehouse cdc` captures).", PORT)
+    postgres_bin: str = _setting(
+        "", "Folder of PostgreSQL's server programs (initdb, pg_ctl, postgres); empty finds pg_ctl on PATH, else "
+        "the newest /usr/lib/postgresql/<version>/bin.", OPTIONAL_PATH)
+
     spark_master: str = _setting("local[*]", "Spark master: local[*] or spark://host:7077.", SPARK_MASTER)
     spark_driver_memory: str = _setting("2g", "Spark driver memory.", MEMORY)
     spark_java_options: str = _setting(

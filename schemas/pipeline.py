@@ -84,6 +84,7 @@ class Pipeline:
                                                    # what one silver event adds, SQL that counts the gold table)
     references: tuple[Reference, ...] = ()         # cross-table rules, checked on the whole tables
     demo: Demo | None = None                       # how `lakehouse demo` and `produce` make events
+    database: Any = None                           # schemas.database.Database: the operational database CDC reads
     module: str = ""                               # the module it was loaded from
 
     def __post_init__(self) -> None:

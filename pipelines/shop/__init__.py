@@ -11,6 +11,7 @@ from lakehouse.schemas.pipeline import Demo, Pipeline, Reference
 from lakehouse.pipelines.shop.sources import *  # noqa: F401,F403 (the shop's names, for its users and tests)
 from lakehouse.pipelines.shop.sources import SOURCES
 from lakehouse.pipelines.shop.gold import GOLD, GOLD_BY_NAME, PARAMS
+from lakehouse.pipelines.shop.database import DATABASE
 
 
 def _silver_rules():
@@ -42,6 +43,7 @@ PIPELINE = Pipeline(
     },
     references=(Reference("silver_payments", "order_id", "silver_orders", "payment_id"),),
     demo=Demo(events=_events, topics=tuple(s.topic for s in SOURCES)),
+    database=DATABASE,
 )
 
 # Each gold table's spec by its constant name (GOLD_SESSIONS for gold_sessions), for the shop's users and tests.

@@ -1,0 +1,55 @@
+"""`lakehouse postgres start|stop|status`: the pipeline's operational database, a real PostgreSQL on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lakehouse.infra.settings import Settings
+
+
+def add_postgres_commands(sub: argparse._SubParsersAction) -> None:
+    """Register `lakehouse postgres`."""
+    p = sub.add_parser(
+        "postgres", help="start, stop or check the pipeline's operational database (PostgreSQL, for CDC)",
+        description="Runs PostgreSQL on 127.0.0.1:LAKEHOUSE_POSTGRES_PORT with its data folder and log in "
+                    "<home>/postgres and wal_level=logical, so that `lakehouse cdc` can capture its changes. The "
+                    "first start creates the folder, the pipeline's database and its tables with their first rows; "
+                    "later starts keep what the database holds. Stopping ends open sessions (a fast shutdown).")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.set_defaults(fn=cmd_postgres)
+
+
+def cmd_postgres(settings: Settings, args: argparse.Namespace) -> int:
+    from lakehouse.infra.postgres import PostgresError, local_postgres
+    from lakehouse.schemas.database import DatabaseError, operational_database, prepare, table_counts
+
+    try:
+        database = operational_database()
+        server = local_postgres(settings, database.name)
+        if args.action == "start":
+            pid = server.start()
+            made = prepare(server, database)
+            counts = table_counts(server, database)
+            print(f"PostgreSQL running, pid {pid}, at {server.host}:{server.port} (wal_level "
+                  f"{server.setting('wal_level')}); data {server.data_dir}, log {server.log_file}.")
+            print(f"Database {database.name}: " + ", ".join(f"{t} {n:,} rows" for t, n in counts.items()) +
+                  (" (created now)." if made else "."))
+            print(f"Connect with: psql \"{server.dsn}\"")
+            return 0
+        if args.action == "stop":
+            pid = server.stop()
+            print(f"PostgreSQL stopped (pid {pid})." if pid else "PostgreSQL was not running.")
+            return 0
+        pid = server.read_pid()
+        if pid is None:
+            print(f"PostgreSQL is not running at {server.host}:{server.port} (data {server.data_dir}).")
+            return 1
+        counts = table_counts(server, database)
+        print(f"PostgreSQL running, pid {pid}, at {server.host}:{server.port} (wal_level "
+              f"{server.setting('wal_level')}); database {database.name}: " +
+              ", ".join(f"{t} {n:,} rows" for t, n in counts.items()) + ".")
+        return 0
+    except (PostgresError, DatabaseError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

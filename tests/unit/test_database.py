@@ -1,0 +1,41 @@
+"""The operational database's declaration and the PostgreSQL programs' lookup: user mistakes are one sentence."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakehouse.infra.postgres import PostgresError, find_bin_dir
+from lakehouse.infra.settings import Settings, SettingsError
+from lakehouse.pipelines import shop
+from lakehouse.schemas.database import DatabaseError, DbTable
+
+
+def test_a_table_declares_its_key_among_its_columns():
+    table = DbTable("customers", "customer_id", (("customer_id", "text"), ("tier", "text NOT NULL")))
+    assert table.ddl() == "CREATE TABLE IF NOT EXISTS customers (customer_id text, tier text NOT NULL, " \
+                          "PRIMARY KEY (customer_id))"
+    with pytest.raises(DatabaseError, match="its key id is not one of its columns"):
+        DbTable("customers", "id", (("customer_id", "text"),))
+    with pytest.raises(DatabaseError, match="lower-case names"):
+        DbTable("Customers; DROP TABLE x", "customer_id", (("customer_id", "text"),))
+
+
+def test_the_shop_declares_customers_and_products_seeded_from_its_generator():
+    database = shop.PIPELINE.database
+    assert database.name == "shop" and [t.name for t in database.tables] == ["customers", "products"]
+    rows = database.seed()
+    assert len(rows["customers"]) == 200 and len(rows["products"]) == 50
+    assert set(rows["customers"][0]) == {"customer_id", "tier", "country"}
+
+
+def test_a_folder_without_postgres_programs_is_one_sentence(tmp_path):
+    with pytest.raises(PostgresError) as info:
+        find_bin_dir(str(tmp_path))
+    assert str(info.value) == (f"LAKEHOUSE_POSTGRES_BIN={tmp_path} does not hold initdb, pg_ctl and postgres; point "
+                               "it at PostgreSQL's bin folder.")
+
+
+def test_the_port_setting_is_checked():
+    assert Settings(home="/x").postgres_port == 5432
+    with pytest.raises(SettingsError, match="LAKEHOUSE_POSTGRES_PORT"):
+        Settings.from_env({"LAKEHOUSE_POSTGRES_PORT": "70000"})
