@@ -663,6 +663,10 @@ def build_parser() -> argparse.ArgumentParser:
     from lakehouse.cli.postgres import add_postgres_commands
 
     add_postgres_commands(sub)
+
+    from lakehouse.cli.cdc import add_cdc_commands
+
+    add_cdc_commands(sub)
     return parser
 
 

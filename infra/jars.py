@@ -14,8 +14,9 @@ log = logging.getLogger(__name__)
 MAVEN_DIR = Path(__file__).resolve().parent / "maven"
 POM = MAVEN_DIR / "pom.xml"
 # Spark's own jars come with pyspark; "spark" holds only Delta and the Kafka connector; "s3" the S3A connector
-# and the AWS SDK modules it loads, which a session adds only for a lake on s3a:// (infra/spark.py).
-CLASSPATHS = ("spark", "kafka", "s3")
+# and the AWS SDK modules it loads, which a session adds only for a lake on s3a:// (infra/spark.py); "debezium" the
+# PostgreSQL connector, a plugin of the Kafka Connect worker that `lakehouse cdc` runs (infra/kafka_connect.py).
+CLASSPATHS = ("spark", "kafka", "s3", "debezium")
 _STAMP = ".complete"
 
 

@@ -70,6 +70,10 @@ class PostgresServer:
         return self.directory / "postgres.log"
 
     @property
+    def role(self) -> str:
+        return ROLE
+
+    @property
     def dsn(self) -> str:
         return f"host={self.host} port={self.port} user={ROLE} dbname={self.database}"
 

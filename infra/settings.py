@@ -262,6 +262,9 @@ class Settings:
     postgres_port: int = _setting(
         5432, "Port of the operational database `lakehouse postgres start` runs on 127.0.0.1 (a pipeline's "
         "PostgreSQL, whose changes `lakehouse cdc` captures).", PORT)
+    cdc_port: int = _setting(
+        8083, "REST port of the Kafka Connect worker that `lakehouse cdc start` runs (Debezium's capture of the "
+        "operational database), on 127.0.0.1.", PORT)
     postgres_bin: str = _setting(
         "", "Folder of PostgreSQL's server programs (initdb, pg_ctl, postgres); empty finds pg_ctl on PATH, else "
         "the newest /usr/lib/postgresql/<version>/bin.", OPTIONAL_PATH)

@@ -47,10 +47,16 @@ class Database:
     name: str
     tables: tuple[DbTable, ...]
     seed: Callable[[], Mapping[str, list[dict[str, Any]]]]    # table -> rows (column -> value)
+    # One realistic change, given a random.Random and an open connection: (table, insert|update|delete).
+    mutate: Callable[[Any, Any], tuple[str, str]] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
             raise DatabaseError(f"database {self.name!r}: use a lower-case name of letters, digits and _.")
+
+    @property
+    def publication(self) -> str:
+        return PUBLICATION
 
     def table(self, name: str) -> DbTable:
         return {t.name: t for t in self.tables}[name]
