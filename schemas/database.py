@@ -35,6 +35,15 @@ class DbTable:
         if self.key not in names:
             raise DatabaseError(f"table {self.name}: its key {self.key} is not one of its columns.")
 
+    def spark_columns(self) -> Any:
+        """The row as Debezium's JSON carries it, as a Spark schema: text, timestamps and numerics as strings."""
+        from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
+
+        kinds = {"bigint": LongType(), "integer": IntegerType(), "int": IntegerType(), "smallint": IntegerType(),
+                 "boolean": BooleanType()}
+        return StructType([StructField(name, kinds.get(kind.split()[0].lower(), StringType()))
+                           for name, kind in self.columns])
+
     def ddl(self) -> str:
         columns = ", ".join(f"{name} {kind}" for name, kind in self.columns)
         return f"CREATE TABLE IF NOT EXISTS {self.name} ({columns}, PRIMARY KEY ({self.key}))"
