@@ -24,7 +24,7 @@ def add_cdc_commands(sub: argparse._SubParsersAction) -> None:
 
 def cmd_cdc(settings: Settings, args: argparse.Namespace) -> int:
     from lakehouse.infra.jars import JarsMissing
-    from lakehouse.infra.kafka_connect import CaptureError, _state, connector_config, local_worker
+    from lakehouse.infra.kafka_connect import CaptureError, connector_config, connector_state, local_worker
     from lakehouse.infra.postgres import PostgresError, local_postgres
     from lakehouse.schemas.database import DatabaseError, operational_database
 
@@ -49,7 +49,7 @@ def cmd_cdc(settings: Settings, args: argparse.Namespace) -> int:
                   f"{worker.logs_dir}/server.log.")
             return 0
         pid = worker.read_pid()
-        state = _state(worker.connector_status(name)) if pid else "not running"
+        state = connector_state(worker.connector_status(name)) if pid else "not running"
         slot = _slot(postgres, f"lakehouse_{database.name}")
         print(f"Change data capture: connector {name} {state}" + (f" (Kafka Connect pid {pid}, REST {worker.url})"
                                                                     if pid else "") + f"; {slot}.")

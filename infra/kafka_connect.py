@@ -173,7 +173,7 @@ class ConnectWorker:
                 self.pid_file.unlink(missing_ok=True)
                 raise CaptureError(f"The Kafka Connect worker exited with code {proc.returncode} while starting; see "
                                    f"{self.logs_dir}/server.log.")
-            states = {name: _state(self.connector_status(name)) for name in names}
+            states = {name: connector_state(self.connector_status(name)) for name in names}
             failed = {n: s for n, s in states.items() if s.startswith("FAILED")}
             if failed:
                 self.stop()
@@ -204,7 +204,7 @@ class ConnectWorker:
         return pid
 
 
-def _state(status: dict[str, Any] | None) -> str:
+def connector_state(status: dict[str, Any] | None) -> str:
     """RUNNING when the connector and every task run; else the first state that is not, with its trace's first line."""
     if not status:
         return "STARTING"

@@ -13,6 +13,7 @@ import logging
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,7 +94,12 @@ class PostgresServer:
         """`command` as the user the server runs as: this one, or `postgres` under root."""
         if os.geteuid() != 0:
             return list(command)
-        return ["runuser", "-u", SERVICE_USER, "--", *command]
+        runuser = shutil.which("runuser") or shutil.which("runuser", path="/usr/sbin:/sbin")
+        if runuser is None:
+            raise PostgresError("PostgreSQL refuses to run as root, and runuser (util-linux), which would run it as "
+                                f"the user {SERVICE_USER!r}, is not installed; install util-linux or run the project "
+                                "as another user.")
+        return [runuser, "-u", SERVICE_USER, "--", *command]
 
     def _run(self, *command: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(self._as_service(command), capture_output=True, text=True, timeout=timeout_s,
@@ -153,7 +159,7 @@ class PostgresServer:
                          str(int(timeout_s)), timeout_s=timeout_s + 30)
         if done.returncode != 0 and pid_alive(pid):
             log.warning("pg_ctl stop failed (%s); sending SIGKILL to %d", _last_line(done), pid)
-            os.kill(pid, 9)
+            os.kill(pid, signal.SIGKILL)
         return pid
 
     def connect(self, database: str | None = None, **kwargs: Any) -> Any:

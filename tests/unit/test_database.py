@@ -39,3 +39,25 @@ def test_the_port_setting_is_checked():
     assert Settings(home="/x").postgres_port == 5432
     with pytest.raises(SettingsError, match="LAKEHOUSE_POSTGRES_PORT"):
         Settings.from_env({"LAKEHOUSE_POSTGRES_PORT": "70000"})
+
+
+def test_capture_and_mutations_without_the_database_are_one_sentence(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")},
+           "LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_POSTGRES_PORT": str(port)}
+    lakehouse = str(Path(sys.executable).with_name("lakehouse"))
+    sentence = (f"error: PostgreSQL is not running at 127.0.0.1:{port}; start it first with `lakehouse postgres "
+                "start`.")
+    for args in (("cdc", "start"), ("db", "mutate", "--count", "3")):
+        done = subprocess.run([lakehouse, *args], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and done.stderr.strip().splitlines() == [sentence], (args, done.stderr)
+    status = subprocess.run([lakehouse, "cdc", "status"], env=env, capture_output=True, text=True, timeout=120)
+    assert status.returncode == 1 and status.stdout.strip() == (
+        f"Change data capture: connector shop-cdc not running; PostgreSQL is not running at 127.0.0.1:{port}.")
