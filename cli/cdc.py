@@ -31,7 +31,7 @@ def cmd_cdc(settings: Settings, args: argparse.Namespace) -> int:
     try:
         database = operational_database()
         worker = local_worker(settings)
-        name = f"{database.name}-cdc"
+        name = database.connector
         if args.action == "stop":
             pid = worker.stop()
             print(f"Change data capture stopped (Kafka Connect pid {pid})." if pid
@@ -39,18 +39,16 @@ def cmd_cdc(settings: Settings, args: argparse.Namespace) -> int:
             return 0
         postgres = local_postgres(settings, database.name)
         if args.action == "start":
-            if postgres.read_pid() is None:
-                raise CaptureError(f"PostgreSQL is not running at {postgres.host}:{postgres.port}; start it first with "
-                                   "`lakehouse postgres start`.")
+            postgres.require_running()
             pid = worker.start([connector_config(database, postgres)])
-            topics = ", ".join(f"{database.name}.cdc.public.{t.name}" for t in database.tables)
+            topics = ", ".join(database.topic(t.name) for t in database.tables)
             print(f"Change data capture running: connector {name} in Kafka Connect pid {pid} (REST {worker.url}), "
                   f"database {database.name} at {postgres.host}:{postgres.port} -> {topics}; log "
                   f"{worker.logs_dir}/server.log.")
             return 0
         pid = worker.read_pid()
         state = connector_state(worker.connector_status(name)) if pid else "not running"
-        slot = _slot(postgres, f"lakehouse_{database.name}")
+        slot = _slot(postgres, database.slot)
         print(f"Change data capture: connector {name} {state}" + (f" (Kafka Connect pid {pid}, REST {worker.url})"
                                                                     if pid else "") + f"; {slot}.")
         return 0 if state == "RUNNING" else 1

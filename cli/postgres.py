@@ -53,9 +53,7 @@ def cmd_db(settings: Settings, args: argparse.Namespace) -> int:
         if database.mutate is None:
             raise DatabaseError(f"database {database.name} declares no mutate function; add mutate= to its Database.")
         server = local_postgres(settings, database.name)
-        if server.read_pid() is None:
-            raise PostgresError(f"PostgreSQL is not running at {server.host}:{server.port}; start it first with "
-                                "`lakehouse postgres start`.")
+        server.require_running()
         rng = random.Random(args.seed)
         made: Counter = Counter()
         started = time.monotonic()

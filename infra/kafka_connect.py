@@ -36,18 +36,18 @@ class CaptureError(RuntimeError):
 def connector_config(database: Any, postgres: Any) -> dict[str, str]:
     """Debezium's settings for a pipeline's database: snapshot first, then its slot; each table to `<db>.cdc...`."""
     return {
-        "name": f"{database.name}-cdc",
+        "name": database.connector,
         "connector.class": CONNECTOR,
         "tasks.max": "1",
         "database.hostname": postgres.host,
         "database.port": str(postgres.port),
         "database.user": postgres.role,
         "database.dbname": database.name,
-        "topic.prefix": f"{database.name}.cdc",
+        "topic.prefix": database.topic_prefix,
         "plugin.name": "pgoutput",
         "publication.name": database.publication,
         "publication.autocreate.mode": "disabled",
-        "slot.name": f"lakehouse_{database.name}",
+        "slot.name": database.slot,
         "snapshot.mode": "initial",
         "table.include.list": ",".join(f"public.{t.name}" for t in database.tables),
         "tombstones.on.delete": "true",

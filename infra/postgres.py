@@ -162,6 +162,14 @@ class PostgresServer:
             os.kill(pid, signal.SIGKILL)
         return pid
 
+    def require_running(self) -> int:
+        """The server's PID, or one sentence saying to start it."""
+        pid = self.read_pid()
+        if pid is None:
+            raise PostgresError(f"PostgreSQL is not running at {self.host}:{self.port}; start it first with "
+                                "`lakehouse postgres start`.")
+        return pid
+
     def connect(self, database: str | None = None, **kwargs: Any) -> Any:
         """A psycopg connection to `database` (the pipeline's by default) as the project's role."""
         import psycopg

@@ -67,6 +67,23 @@ class Database:
     def publication(self) -> str:
         return PUBLICATION
 
+    # The names its capture uses (infra/kafka_connect.py): Debezium's connector, its replication slot, and the
+    # topic of each table (Debezium's <topic.prefix>.<schema>.<table>).
+    @property
+    def connector(self) -> str:
+        return f"{self.name}-cdc"
+
+    @property
+    def slot(self) -> str:
+        return f"lakehouse_{self.name}"
+
+    @property
+    def topic_prefix(self) -> str:
+        return f"{self.name}.cdc"
+
+    def topic(self, table: str) -> str:
+        return f"{self.topic_prefix}.public.{table}"
+
     def table(self, name: str) -> DbTable:
         return {t.name: t for t in self.tables}[name]
 
