@@ -40,6 +40,7 @@ def cmd_cdc(settings: Settings, args: argparse.Namespace) -> int:
         postgres = local_postgres(settings, database.name)
         if args.action == "start":
             postgres.require_running()
+            _declared_topics(settings, database)
             pid = worker.start([connector_config(database, postgres)])
             topics = ", ".join(database.topic(t.name) for t in database.tables)
             print(f"Change data capture running: connector {name} in Kafka Connect pid {pid} (REST {worker.url}), "
@@ -55,6 +56,20 @@ def cmd_cdc(settings: Settings, args: argparse.Namespace) -> int:
     except (CaptureError, PostgresError, DatabaseError, JarsMissing) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _declared_topics(settings: Settings, database) -> None:
+    """The pipeline's changelog sources of this database get their topics as declared (compaction, tombstone
+    retention) before Debezium would create them with its own defaults."""
+    from lakehouse.schemas.pipeline import active_pipeline
+    from lakehouse.infra.retention import duration_ms
+    from lakehouse.streaming.kafka_topics import ensure_topics
+
+    captured = {database.topic(t.name) for t in database.tables}
+    specs = [s.topic_spec for s in active_pipeline().sources if s.changelog is not None and s.topic in captured]
+    if specs:
+        ensure_topics(settings.kafka_bootstrap, specs, replication_factor=settings.kafka_replication_factor,
+                      replay_window_ms=duration_ms(settings.replay_window))
 
 
 def _slot(postgres, slot: str) -> str:

@@ -17,7 +17,7 @@ freshness, the accounting identity) are table checks (quality/table_checks.py), 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
+from typing import TYPE_CHECKING, Iterable, Literal
 
 from lakehouse.schemas.pipeline import Pipeline, active_pipeline
 from lakehouse.schemas.sources import Source
@@ -147,6 +147,9 @@ def between(column: str, low: int | None, high: int | None = None, severity: Sev
 def silver_suite(source: Source, extra: Iterable[Expectation] = ()) -> Suite:
     """What every silver table promises: an event id, unique within the batch; its event time; its Kafka coordinates."""
     table = source.silver_table
+    if source.changelog is not None:     # a database table's current state: one row per key
+        return Suite(table.suite or table.name, table.name, (
+            *not_null(source.key, "_order", *KAFKA_COORDINATES), unique(source.key), *extra), row_level=False)
     return Suite(table.suite or table.name, table.name, (
         *not_null("event_id", source.event_time, *KAFKA_COORDINATES),
         unique("event_id"),

@@ -9,10 +9,9 @@ pipeline's (LAKEHOUSE_PIPELINE).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from pyspark.sql.types import (
-    ArrayType,
     BooleanType,
     DataType,
     IntegerType,
@@ -80,6 +79,60 @@ DIMENSION_DOCS = {
 
 
 @dataclass(frozen=True)
+class Changelog:
+    """A database table captured by CDC: its topic carries Debezium's change envelope, not events.
+
+    Its silver table is the table's current state (SCD1: one row per key, a delete removes it) and its dimension
+    the table's history (SCD2), both applied in the database's log order (streaming/changelog_batches.py).
+    """
+
+    table: Any                        # schemas.database.DbTable
+    remember_deletes: str = "7 days"  # how long a deleted key is remembered, so that an older change never revives it
+
+
+# Columns a changelog's tables add to the database row, with what they mean.
+CHANGE_DOCS = {
+    "_lsn": "The change's position in the database's write-ahead log (Debezium's source.lsn).",
+    "_order": "Order of the change in the database's log: its LSN, a snapshot's read before a change at the same LSN.",
+    "_changed_at": "When the database committed the change (source.ts_ms, UTC).",
+    "topic": "Kafka topic of the change record.",
+    "partition": "Kafka partition of the change record.",
+    "offset": "Kafka offset of the change record within its partition.",
+}
+HISTORY_DOCS = {
+    "valid_from": "When this version was committed in the database (UTC).",
+    "valid_to": "When the next change to the key was committed (UTC); NULL for the current version.",
+    "is_current": "True for the key's current version; a deleted key has none.",
+    "_end_lsn": "Log position of the change that ended this version; NULL for the current one.",
+    "_end_order": "Order of the change that ended this version; NULL for the current one.",
+    "_closed_by_delete": "True when a delete in the database ended this version.",
+}
+
+
+def changelog_source(database: Any, table: str, *, entity: str, description: str,
+                     docs: Mapping[str, str] | None = None, remember_deletes: str = "7 days",
+                     tombstones_ms: int = DAY_MS) -> Source:
+    """A database table's CDC topic as a source: Debezium's envelope on a compacted one-partition topic, kept as
+    silver_<entity> (current state, SCD1) and dim_<entity> (history, SCD2).
+
+    `docs` describe the table's columns; `tombstones_ms` is how long the topic keeps a delete's tombstone after
+    compaction (delete.retention.ms), so that a reader behind by less than that still sees the delete.
+    """
+    db_table = database.table(table)
+    docs = docs or {}
+    fields = tuple(column(f.name, f.dataType, docs.get(f.name, f"The {f.name} column of the database's {table} table."))
+                   for f in db_table.spark_columns().fields)
+    attributes = tuple(f.name for f in fields if f.name != db_table.key)
+    return Source(
+        topic=database.topic(table), entity=entity, description=description, fields=fields, required=(db_table.key,),
+        key=db_table.key, partitions=1, retention_ms=-1, cleanup_policy="compact",
+        extra_config={"delete.retention.ms": str(tombstones_ms)}, timestamps=(), event_time="_changed_at",
+        dimension=Dimension(key=db_table.key, attributes=attributes, description=description),
+        changelog=Changelog(table=db_table, remember_deletes=remember_deletes),
+    )
+
+
+@dataclass(frozen=True)
 class Source:
     """One event source: topic, payload schema, key, partitions, retention, rules, event time, watermark."""
 
@@ -95,15 +148,18 @@ class Source:
     partitions: int = 3
     retention_ms: int = 7 * DAY_MS
     cleanup_policy: str = "delete"
+    extra_config: Mapping[str, str] = field(default_factory=dict)   # more topic settings, e.g. delete.retention.ms
     timestamps: tuple[str, ...] = ("occurred_at", "sent_at")
     event_time: str = "occurred_at"
     dedup_watermark: str | None = None       # how long silver remembers ids; None: LAKEHOUSE_SILVER_DEDUP_WATERMARK
     dimension: Dimension | None = None       # a changelog kept as an SCD2 table dim_<entity>, besides silver
+    changelog: Changelog | None = None       # a database table's CDC topic (see `changelog_source`)
 
     def __post_init__(self) -> None:
         names = [f.name for f in self.fields]
         dim = (self.dimension.key, *self.dimension.attributes) if self.dimension else ()
-        for name in (*self.required, *self.timestamps, self.event_time, self.key, *dim):
+        times = () if self.changelog else (*self.timestamps, self.event_time)
+        for name in (*self.required, *times, self.key, *dim):
             if name not in names:
                 raise ValueError(f"source {self.topic}: {name!r} is not one of its fields ({', '.join(names)})")
         if self.dimension and self.dimension.key != self.key:
@@ -122,7 +178,7 @@ class Source:
     def topic_spec(self) -> TopicSpec:
         return TopicSpec(
             schema=self.schema, key_field=self.key, partitions=self.partitions, retention_ms=self.retention_ms,
-            cleanup_policy=self.cleanup_policy, description=self.description,
+            cleanup_policy=self.cleanup_policy, description=self.description, extra_config=self.extra_config,
         )
 
     @property
@@ -134,16 +190,33 @@ class Source:
 
     @property
     def silver_table(self) -> TableSpec:
+        if self.changelog:
+            return TableSpec(f"silver_{self.entity}", "silver",
+                             f"{self.description} Current state (SCD1): one row per key as the database holds it.",
+                             (self.key,))
         return TableSpec(
             f"silver_{self.entity}", "silver", f"{self.description} Parsed, validated, deduplicated.",
             ("event_id",), ("event_date",),
         )
+
+    def deletes_table(self, of: TableSpec) -> TableSpec:
+        """<table>_deletes: the keys a changelog's table saw deleted, remembered with the delete's log position."""
+        assert self.changelog is not None, f"source {self.topic} is not a changelog"
+        return TableSpec(f"{of.name}_deletes", "silver",
+                         f"Keys deleted in the database, remembered {self.changelog.remember_deletes} by {of.name}'s "
+                         "flow with the delete's log position, so that an older change arriving later never revives "
+                         "them.", (self.key, "_order"))
 
     @property
     def dimension_table(self) -> TableSpec | None:
         """dim_<entity>: every version of every key with its validity interval (layer silver); None if no dimension."""
         if self.dimension is None:
             return None
+        if self.changelog:
+            return TableSpec(f"dim_{self.entity}", "silver",
+                             f"{self.dimension.description or self.description} Every version in the database's log "
+                             "order, valid from its commit time (SCD2); a delete closes the current one.",
+                             (self.key, "_order"))
         return TableSpec(
             f"dim_{self.entity}", "silver",
             f"{self.dimension.description or self.description} Every version with its validity interval (SCD2).",
@@ -171,10 +244,15 @@ class Source:
     def column_docs(self) -> dict[str, str]:
         """Description of every silver column: payload fields, derived columns, lineage."""
         docs = {f.name: f.metadata.get("comment", "") for f in self.fields}
+        if self.changelog:
+            return {**docs, **CHANGE_DOCS}
         return {**docs, **self.derived_docs, **LINEAGE_DOCS}
 
     def dimension_column_docs(self) -> dict[str, str]:
         """Description of every dim_<entity> column (empty if the source has no dimension)."""
+        if self.changelog:
+            docs = {f.name: f.metadata.get("comment", "") for f in self.fields}
+            return {**docs, **CHANGE_DOCS, **HISTORY_DOCS}
         schema = self.dimension_schema
         return {} if schema is None else {f.name: f.metadata.get("comment", "") for f in schema.fields}
 

@@ -1,16 +1,18 @@
-"""A changelog's per-micro-batch step: a batch of a database's change records applied as SCD1 and SCD2, once.
+"""A changelog's per-micro-batch step: a batch of a database's change records applied once, as SCD1 or SCD2.
 
 Both lanes call `ChangelogWriter` with bronze records of a changelog topic (Debezium's envelope): the stream
-from foreachBatch, the batch lane directly. One batch makes up to four writes, each under Delta's
-(txnAppId, txnVersion) so that a replayed batch writes nothing twice, and each idempotent by the changes' log
-positions anyway:
+from foreachBatch, the batch lane directly. A changelog source has two such flows, one per table it keeps (each
+table has one flow, so that the batch lane recomputes and compares it like any other). One batch makes up to
+three writes, each under Delta's (txnAppId, txnVersion) so that a replayed batch writes nothing twice, and each
+idempotent by the changes' log positions anyway:
 
-1. envelopes that are not a change this table can apply go to quarantine with a reason and their coordinates;
-2. the deleted keys it remembers (`<table>_deletes`: key, log position, commit time) get the batch's deletes,
-   and forget those older than the retention;
-3. the current state (SCD1): each key's newest change by log position, if newer than the row's, replaces it
-   or (a delete) removes it; a change older than a remembered delete is not applied;
-4. the history (SCD2): the affected keys' versions rebuilt in log order and MERGEd on (key, log position).
+1. envelopes that are not a change this table can apply go to quarantine with a reason and their coordinates
+   (the current state's flow only, so that each is quarantined once);
+2. the deleted keys the flow remembers (`<table>_deletes`: key, log position, commit time) get the batch's
+   deletes, and forget those older than the retention;
+3. current state (SCD1): each key's newest change by log position, if newer than the row's, replaces it or (a
+   delete) removes it; a change older than a remembered delete is not applied. Or history (SCD2): the affected
+   keys' versions rebuilt in log order and MERGEd on (key, log position).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType, TimestampType, IntegerType, StringType
 
 from lakehouse.schemas.tables import QUARANTINE, TableSpec
+from lakehouse.streaming.positions import BatchRecord, RecordsPositions, UserMetadata
 from lakehouse.streaming.sinks import append_once, dml_once, ensure_table, merge_metrics
 from lakehouse.streaming.transforms.changelog import parse_changes, scd1_latest, scd2_history, unique_changes
 
@@ -46,16 +49,22 @@ class ChangelogStats:
     current_deletes: int = 0
     versions_written: int = 0     # SCD2 rows inserted or updated
 
+    @property
+    def rows_written(self) -> int:
+        return self.current_upserts + self.current_deletes + self.versions_written
 
-class ChangelogWriter:
-    """A `(records_batch, batch_id)` function that applies one batch of a database changelog to SCD1 and SCD2."""
 
-    def __init__(self, *, topic: str, key: str, columns: StructType, current: TableSpec, history: TableSpec,
+class ChangelogWriter(RecordsPositions):
+    """A `(records_batch, batch_id)` function that applies one batch of a database changelog to its current state
+    (`kind` "current", SCD1) or its history ("history", SCD2)."""
+
+    def __init__(self, *, topic: str, key: str, columns: StructType, table: TableSpec, kind: str,
                  deletes: TableSpec, lake_root: str, app_id: str, remember_deletes: str = "7 days"):
-        self.topic, self.key, self.columns = topic, key, columns
+        assert kind in ("current", "history"), kind
+        self.topic, self.key, self.columns, self.kind = topic, key, columns, kind
         self.attributes: Sequence[str] = [f.name for f in columns.fields if f.name != key]
-        self.current, self.history, self.deletes = current, history, deletes
-        self.paths = {t.name: t.path(lake_root) for t in (current, history, deletes)}
+        self.table, self.deletes = table, deletes
+        self.paths = {t.name: t.path(lake_root) for t in (table, deletes)}
         self.quarantine_path = QUARANTINE.path(lake_root)
         self.app_id = app_id
         self.remember_deletes = remember_deletes
@@ -82,6 +91,7 @@ class ChangelogWriter:
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         spark = records.sparkSession
+        batch = self.batch_record(spark, batch_id)
         parsed = parse_changes(records, key=self.key, columns=self.columns).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             bad = parsed.where(F.col("reason").isNotNull())
@@ -94,11 +104,13 @@ class ChangelogWriter:
                 self.stats.batches += 1
                 self.stats.quarantined += n_bad
                 self.stats.changes += n_changes
-                if n_bad:
-                    append_once(self._quarantine_rows(bad), self.quarantine_path, app_id=f"{self.app_id}-quarantine",
-                                batch_id=batch_id)
+                # Each write records the batch's source positions; the last one is marked final (positions.py).
+                if n_bad and self.kind == "current":
+                    append_once(self._quarantine_rows(bad), self.quarantine_path,
+                                app_id=f"{batch.txn_app_id}-quarantine", batch_id=batch_id,
+                                user_metadata=batch.metadata(final=not n_changes))
                 if n_changes:
-                    self._apply(spark, changes, batch_id)
+                    self._apply(spark, changes, batch_id, batch)
             finally:
                 changes.unpersist()
         finally:
@@ -109,23 +121,31 @@ class ChangelogWriter:
                           F.lit(self.topic).alias("schema"), "reason", "detail",
                           F.current_timestamp().alias("quarantined_at"))
 
-    def _apply(self, spark, changes: DataFrame, batch_id: int) -> None:
+    def _apply(self, spark, changes: DataFrame, batch_id: int, batch: BatchRecord) -> None:
         key = self.key
-        for table, schema in ((self.deletes, self._deletes_schema()), (self.current, self._current_schema()),
-                              (self.history, self._history_schema())):
-            ensure_table(changes, table, self.paths[table.name], schema=schema)
+        schema = self._current_schema() if self.kind == "current" else self._history_schema()
+        for table, columns in ((self.deletes, self._deletes_schema()), (self.table, schema)):
+            ensure_table(changes, table, self.paths[table.name], schema=columns)
         deletes = DeltaTable.forPath(spark, self.paths[self.deletes.name])
         new_deletes = changes.where("_op = 'd'").select(key, "_lsn", "_order", "_changed_at")
         forget = f"t._changed_at < current_timestamp() - INTERVAL {self.remember_deletes}"
-        with dml_once(spark, f"{self.app_id}-deletes", batch_id):
+        with dml_once(spark, f"{batch.txn_app_id}-deletes", batch_id), UserMetadata(spark, batch.metadata()):
             deletes.alias("t").merge(new_deletes.alias("s"), f"t.`{key}` = s.`{key}` AND t._order = s._order") \
                 .whenNotMatchedInsertAll().whenNotMatchedBySourceDelete(condition=forget).execute()
+        target = DeltaTable.forPath(spark, self.paths[self.table.name])
+        if self.kind == "current":
+            self._current(spark, target, changes, deletes.toDF(), batch_id, batch)
+        else:
+            self._history(spark, target, changes, deletes.toDF(), batch_id, batch)
 
-        current = DeltaTable.forPath(spark, self.paths[self.current.name])
-        latest = scd1_latest(changes, deletes.toDF(), key=key)
+    def _current(self, spark, current: DeltaTable, changes: DataFrame, deletes: DataFrame, batch_id: int,
+                 batch: BatchRecord) -> None:
+        key = self.key
+        latest = scd1_latest(changes, deletes, key=key)
         columns = [*self.columns.fieldNames(), "_lsn", "_order", "_changed_at", "topic", "partition", "offset"]
         values = {c: f"s.`{c}`" for c in columns}
-        with dml_once(spark, f"{self.app_id}-current", batch_id):
+        # The batch's last write: it records where the batch's source stood (positions.py).
+        with dml_once(spark, batch.txn_app_id, batch_id), UserMetadata(spark, batch.metadata(final=True)):
             metrics = merge_metrics(
                 current.alias("t").merge(latest.alias("s"), f"t.`{key}` = s.`{key}`")
                 .whenMatchedDelete(condition="s._order > t._order AND s._op = 'd'")
@@ -137,14 +157,16 @@ class ChangelogWriter:
             self.stats.current_upserts += int(metrics.get("num_updated_rows", 0)) + \
                 int(metrics.get("num_inserted_rows", 0))
 
-        history = DeltaTable.forPath(spark, self.paths[self.history.name])
-        versions = scd2_history(history.toDF(), deletes.toDF(), changes, key=key, attributes=self.attributes) \
+    def _history(self, spark, history: DeltaTable, changes: DataFrame, deletes: DataFrame, batch_id: int,
+                 batch: BatchRecord) -> None:
+        key = self.key
+        versions = scd2_history(history.toDF(), deletes, changes, key=key, attributes=self.attributes) \
             .persist(StorageLevel.MEMORY_AND_DISK)
         try:
             versions.count()      # read the table's versions before the MERGE changes them
             changed = ("NOT (t.valid_to <=> s.valid_to) OR NOT (t.is_current <=> s.is_current) "
                        "OR NOT (t._closed_by_delete <=> s._closed_by_delete)")
-            with dml_once(spark, f"{self.app_id}-history", batch_id):
+            with dml_once(spark, batch.txn_app_id, batch_id), UserMetadata(spark, batch.metadata(final=True)):
                 metrics = merge_metrics(
                     history.alias("t").merge(versions.alias("s"), f"t.`{key}` = s.`{key}` AND t._order = s._order")
                     .whenMatchedUpdate(condition=changed, set={

@@ -9,6 +9,7 @@ from typing import Any, Callable, Literal, Mapping
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from lakehouse.schemas import tables
 from lakehouse.schemas.pipeline import Pipeline, PipelineError, active_pipeline
@@ -19,6 +20,7 @@ from lakehouse.schemas.topics import TopicSpec
 from lakehouse.streaming.context import FlowContext, duration_micros
 from lakehouse.streaming.silver_batches import SilverWriter
 from lakehouse.streaming.dimension_batches import DimensionWriter
+from lakehouse.streaming.changelog_batches import ChangelogWriter
 from lakehouse.streaming.transforms.dimensions import to_dimension_changes
 from lakehouse.streaming.transforms.bronze import to_bronze
 from lakehouse.schemas.gold import (
@@ -126,9 +128,35 @@ def dimension_flow(source: Source) -> Flow:
                 params=params, writer=writer)
 
 
+def changelog_flows(source: Source) -> tuple[Flow, Flow]:
+    """A changelog's current state (silver_<entity>, SCD1) and history (dim_<entity>, SCD2), each a flow over bronze."""
+    log, history = source.changelog, source.dimension_table
+    assert log is not None and history is not None, f"source {source.topic} is not a changelog"
+
+    def flow(target: TableSpec, kind: str) -> Flow:
+        deletes = source.deletes_table(target)
+        extra = (tables.QUARANTINE,) if kind == "current" else ()
+
+        def writer(flow: Flow, ctx: FlowContext) -> ChangelogWriter:
+            return ChangelogWriter(topic=source.topic, key=source.key, columns=StructType(list(source.fields)),
+                                   table=flow.target, kind=kind, deletes=deletes, lake_root=ctx.lake_root,
+                                   app_id=flow.app_id, remember_deletes=log.remember_deletes)
+
+        return Flow(target.name, source.bronze_table, target, passthrough, output="batch", writer=writer,
+                    also_writes=(deletes, *extra), description=(
+                        f"{'Current state' if kind == 'current' else 'History'} of the database's {log.table.name} "
+                        f"table ({'SCD1' if kind == 'current' else 'SCD2'}), applied in its log order from "
+                        f"{source.topic}."))
+
+    return flow(source.silver_table, "current"), flow(history, "history")
+
+
 def source_flows(source: Source) -> tuple[Flow, ...]:
     """The bronze and silver flows a source declaration implies, and its dimension flow if it declares one."""
     schema = source.schema
+    if source.changelog is not None:
+        bronze = Flow(f"bronze_{source.entity}", source.topic_spec, source.bronze_table, to_bronze)
+        return (bronze, *changelog_flows(source))
 
     def parse_params(ctx: FlowContext) -> dict[str, object]:
         return {"schema": schema, "event_time_floor": ctx.event_time_floor,

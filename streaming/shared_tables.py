@@ -34,6 +34,10 @@ KAFKA_COLUMNS = T.StructType([
 ])
 
 SHARED_TABLES = (QUARANTINE, LATE_ARRIVALS, QUALITY_RESULTS, STREAM_PROGRESS)
+# Their columns do not depend on the source: any event schema gives them (a changelog source has no event time).
+_ANY_EVENTS = EventSchema(name="any", entity="any", payload=T.StructType([
+    T.StructField("event_id", T.StringType()), T.StructField("occurred_at", T.StringType())]),
+    required=("event_id", "occurred_at"), timestamps=("occurred_at",))
 
 _creating = threading.Lock()
 
@@ -60,17 +64,14 @@ def _empty_frames(spark: SparkSession, schema: EventSchema) -> dict[str, DataFra
 def ensure_shared_tables(spark: SparkSession, lake_root: str) -> list[str]:
     """Create each shared table that does not exist yet, empty; returns the names of those it created.
 
-    Their columns do not depend on the source, so the active pipeline's first source's schema serves. Another
-    process creating the same table at the same time is harmless: its commit or this one is refused, and the
+    Another process creating the same table at the same time is harmless: its commit or this one is refused, and the
     table then exists either way.
     """
     with _creating:
         missing = [t for t in SHARED_TABLES if not has_delta_log(spark, t.path(lake_root))]
         if not missing:
             return []
-        from lakehouse.schemas.pipeline import active_pipeline
-
-        frames = _empty_frames(spark, active_pipeline().sources[0].schema)
+        frames = _empty_frames(spark, _ANY_EVENTS)
         created = []
         for table in missing:
             path = table.path(lake_root)
