@@ -90,12 +90,15 @@ def test_every_asset_materializes_against_the_real_broker(spark, broker):
                                                         recorded["dagster/column_schema"].value.columns], name
     assert all(c.description for c in specs["silver_orders"].metadata["dagster/column_schema"].columns)
 
-    # A partition backfill from the UI: one run of job backfill over a range, each table recomputed by the batch
-    # lane; the stream was right, so nothing changes, and every verify check passes.
+    # A partition backfill from the UI: one run of job backfill over a range, each chosen table (a silver table and
+    # two gold tables of other kinds that read it) recomputed by the batch lane; the stream was right, so nothing
+    # changes, and every verify check passes. (test_batch_lane backfills every table.)
+    chosen = [dg.AssetKey(name) for name in ("silver_orders", "gold_revenue_per_minute", "gold_order_velocity")]
     backfill = loaded.resolve_job_def("backfill").execute_in_process(
-        instance=instance, raise_on_error=False,
+        instance=instance, raise_on_error=False, asset_selection=chosen,
         tags={"dagster/asset_partition_range_start": "2026-11-22", "dagster/asset_partition_range_end": "2026-11-23"})
     changed = _metadata(backfill)
+    assert set(changed) == {key.to_user_string() for key in chosen}
     assert changed["silver_orders"]["days"] == "2026-11-22..2026-11-23"
     assert all((m["rows_added"], m["rows_changed"], m["rows_removed"]) == (0, 0, 0) for m in changed.values()), changed
     assert instance.get_materialized_partitions(dg.AssetKey("silver_orders")) == {"2026-11-22", "2026-11-23"}
