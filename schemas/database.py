@@ -85,7 +85,12 @@ class Database:
         return f"{self.topic_prefix}.public.{table}"
 
     def table(self, name: str) -> DbTable:
-        return {t.name: t for t in self.tables}[name]
+        """The table of that name, or one sentence naming the tables there are."""
+        found = {t.name: t for t in self.tables}
+        if name not in found:
+            raise DatabaseError(f"database {self.name} declares no table {name}; its tables are "
+                                f"{', '.join(found)}.")
+        return found[name]
 
 
 def operational_database() -> Database:

@@ -62,6 +62,9 @@ def all_tables(declared: Iterable[Any], gold: Iterable[TableSpec] | None = None)
         *(s.bronze_table for s in declared),
         *(s.silver_table for s in declared),
         *(s.dimension_table for s in declared if s.dimension is not None),
+        # A changelog's flows each remember the keys deleted in the database.
+        *(s.deletes_table(t) for s in declared if getattr(s, "changelog", None) for t in (s.silver_table,
+                                                                                          s.dimension_table)),
         QUARANTINE,
         LATE_ARRIVALS,
         *gold,

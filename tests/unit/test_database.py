@@ -61,3 +61,37 @@ def test_capture_and_mutations_without_the_database_are_one_sentence(tmp_path):
     status = subprocess.run([lakehouse, "cdc", "status"], env=env, capture_output=True, text=True, timeout=120)
     assert status.returncode == 1 and status.stdout.strip() == (
         f"Change data capture: connector shop-cdc not running; PostgreSQL is not running at 127.0.0.1:{port}.")
+
+
+def test_a_captured_table_declared_as_a_source_implies_its_topic_tables_flows_and_suites():
+    """changelog_source: a compacted one-partition topic with tombstones kept as declared, bronze, the current
+    state and the history as flows of their own over bronze (each with its deleted keys), and their suites."""
+    from lakehouse.quality.suites import build_suites
+    from lakehouse.schemas.pipeline import Pipeline
+    from lakehouse.schemas.sources import changelog_source
+    from lakehouse.schemas.tables import all_tables
+    from lakehouse.streaming.flows import build_flows
+
+    database = shop.PIPELINE.database
+    source = changelog_source(database, "customers", entity="db_customers", description="Customers.",
+                              tombstones_ms=3_600_000, remember_deletes="2 days")
+    assert source.topic == "shop.cdc.public.customers" and source.key == "customer_id"
+    assert source.topic_spec.partitions == 1 and source.topic_spec.config() == {
+        "cleanup.policy": "compact", "retention.ms": "-1", "message.timestamp.type": "LogAppendTime",
+        "delete.retention.ms": "3600000"}
+    pipeline = Pipeline(name="accounts", description="", sources=(source,), database=database)
+    flows = {f.name: f for f in build_flows(pipeline=pipeline)}
+    assert list(flows) == ["bronze_db_customers", "silver_db_customers", "dim_db_customers"]
+    assert [s.name for s in flows["silver_db_customers"].sources] == ["bronze_db_customers"]
+    assert [t.name for t in flows["silver_db_customers"].also_writes] == ["silver_db_customers_deletes", "quarantine"]
+    assert [t.name for t in flows["dim_db_customers"].also_writes] == ["dim_db_customers_deletes"]
+    assert flows["dim_db_customers"].target.keys == ("customer_id", "_order")
+    assert flows["silver_db_customers"].doc.startswith("Current state of the database's customers table (SCD1)")
+    names = [t.name for t in all_tables((source,), ())]
+    assert {"bronze_db_customers", "silver_db_customers", "dim_db_customers", "silver_db_customers_deletes",
+            "dim_db_customers_deletes"} <= set(names)
+    suites = build_suites(pipeline=pipeline)
+    assert {"silver_db_customers", "dim_db_customers"} <= set(suites)
+    with pytest.raises(DatabaseError) as info:
+        changelog_source(database, "orders", entity="db_orders", description="")
+    assert str(info.value) == "database shop declares no table orders; its tables are customers, products."
