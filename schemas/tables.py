@@ -63,8 +63,7 @@ def all_tables(declared: Iterable[Any], gold: Iterable[TableSpec] | None = None)
         *(s.silver_table for s in declared),
         *(s.dimension_table for s in declared if s.dimension is not None),
         # A changelog's flows each remember the keys deleted in the database.
-        *(s.deletes_table(t) for s in declared if getattr(s, "changelog", None) for t in (s.silver_table,
-                                                                                          s.dimension_table)),
+        *(s.deletes_table(t) for s in declared if s.changelog for t in (s.silver_table, s.dimension_table)),
         QUARANTINE,
         LATE_ARRIVALS,
         *gold,

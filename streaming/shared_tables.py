@@ -42,8 +42,9 @@ _ANY_EVENTS = EventSchema(name="any", entity="any", payload=T.StructType([
 _creating = threading.Lock()
 
 
-def _empty_frames(spark: SparkSession, schema: EventSchema) -> dict[str, DataFrame]:
+def _empty_frames(spark: SparkSession) -> dict[str, DataFrame]:
     """Each shared table's rows as its writers build them, from no records at all."""
+    schema = _ANY_EVENTS
     from lakehouse.quality.results import RESULT_SCHEMA
     from lakehouse.streaming.progress import SCHEMA as PROGRESS_SCHEMA
     from lakehouse.streaming.transforms.bronze import to_bronze
@@ -71,7 +72,7 @@ def ensure_shared_tables(spark: SparkSession, lake_root: str) -> list[str]:
         missing = [t for t in SHARED_TABLES if not has_delta_log(spark, t.path(lake_root))]
         if not missing:
             return []
-        frames = _empty_frames(spark, _ANY_EVENTS)
+        frames = _empty_frames(spark)
         created = []
         for table in missing:
             path = table.path(lake_root)
